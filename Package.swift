@@ -1,0 +1,30 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "TimerKit",
+    products: [
+        .library(name: "TimerKit", targets: ["TimerKit"]),
+        .executable(name: "timerkit-bench", targets: ["timerkit-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+    ],
+    targets: [
+        .target(name: "TimerKit", swiftSettings: strict),
+        .executableTarget(
+            name: "timerkit-bench",
+            dependencies: [
+                "TimerKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "TimerKitTests", dependencies: ["TimerKit"], swiftSettings: strict),
+        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit"], swiftSettings: strict),
+    ]
+)

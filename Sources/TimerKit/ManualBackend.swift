@@ -1,0 +1,84 @@
+import Glibc
+
+/// A backend on virtual time, for tests: nothing fires until you advance the clock, and
+/// then everything due fires synchronously on the calling thread, in deadline order.
+///
+/// ```swift
+/// let clock = ManualBackend()
+/// try clock.schedule(.every(.seconds(1))) { tick in print(tick.index) }
+/// clock.advance(by: .seconds(3))   // prints 0, 1, 2
+/// ```
+public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable {
+    // @unchecked: `virtualNow` and `wakeRequest` are guarded by `mutex`.
+
+    /// The core scheduler.
+    public let scheduler: TimerScheduler
+    private let mutex = PThreadMutex()
+    private let advancing = PThreadMutex()
+    private var virtualNow: MonotonicInstant
+    private var wakeRequest = MonotonicInstant.distantFuture
+    private var advancingThread: pthread_t?
+
+    /// Creates a manual clock starting at `start`, registering timers in `registry`.
+    public init(start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
+                registry: TimerRegistry = .shared, name: String = "manual") {
+        virtualNow = start
+        scheduler = TimerScheduler(backendName: name, registry: registry)
+        scheduler.attach(self)
+    }
+
+    deinit { scheduler.shutdown() }
+
+    /// The current virtual time.
+    public func now() -> MonotonicInstant { mutex.withLock { virtualNow } }
+
+    /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
+    /// lets tests check that the core re-arms only when the earliest deadline changes.
+    public var requestedWakeUp: MonotonicInstant { mutex.withLock { wakeRequest } }
+
+    public func wake(at deadline: MonotonicInstant) {
+        mutex.withLock { wakeRequest = deadline }
+    }
+
+    /// Moves virtual time forward by `duration`, firing everything that comes due.
+    /// A negative duration does nothing.
+    public func advance(by duration: Duration) {
+        advance(to: now() + max(duration, .zero))
+    }
+
+    /// Moves virtual time to `deadline` (never backwards), firing everything that comes due
+    /// in deadline order; each handler sees the virtual time of its own deadline.
+    ///
+    /// Called from inside a handler, it moves the clock without firing anything: that is how
+    /// a test makes a handler "take" virtual time (to exercise the missed-tick policies);
+    /// what came due fires after the handler returns.
+    public func advance(to deadline: MonotonicInstant) {
+        let reentrant = mutex.withLock {
+            guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
+            virtualNow = max(virtualNow, deadline)
+            return true
+        }
+        if reentrant { return }
+        advancing.lock()
+        mutex.withLock { advancingThread = pthread_self() }
+        defer {
+            mutex.withLock { advancingThread = nil }
+            advancing.unlock()
+        }
+        while true {
+            let next = mutex.withLock { wakeRequest }
+            guard next <= deadline else { break }
+            mutex.withLock {
+                virtualNow = max(virtualNow, next)
+                wakeRequest = .distantFuture
+            }
+            scheduler.fireDueTimers()
+        }
+        mutex.withLock { virtualNow = max(virtualNow, deadline) }
+    }
+
+    /// Fires whatever is due at the current virtual time without moving it.
+    public func runDue() { advance(by: .zero) }
+
+    public func shutdown() { scheduler.shutdown() }
+}

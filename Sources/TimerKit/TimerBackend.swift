@@ -1,0 +1,74 @@
+/// A source of timers: Dispatch, RunLoop, libevent, epoll or Manual (virtual time).
+///
+/// Every backend shares the same core (`TimerScheduler`), so timers behave identically on
+/// all of them: the same grid, missed-tick policy, states, errors and registry. Backends
+/// differ only in how their loop wakes up and which thread runs the handlers.
+///
+/// ```swift
+/// let backend = DispatchBackend()
+/// let timer = try backend.schedule(.every(.milliseconds(100)), name: "autosave") { tick in
+///     save()
+/// }
+/// ...
+/// timer.cancel()
+/// ```
+public protocol TimerBackend: AnyObject, Sendable {
+    /// The core scheduler this backend drives.
+    var scheduler: TimerScheduler { get }
+
+    /// Cancels this backend's timers, stops its loop and frees what it holds (threads,
+    /// descriptors, native timers). Idempotent. Later `schedule` calls throw
+    /// `TimerError.backendShutDown`.
+    func shutdown()
+}
+
+extension TimerBackend {
+    /// The backend's short name: "dispatch", "epoll", "libevent", "runloop", "manual".
+    public var name: String { scheduler.backendName }
+
+    /// The registry this backend's timers are registered in.
+    public var registry: TimerRegistry { scheduler.registry }
+
+    /// The backend's current time (CLOCK_MONOTONIC; virtual for Manual).
+    public func now() -> MonotonicInstant { scheduler.now() }
+
+    /// Schedules `handler` to run on the backend's loop according to `schedule`.
+    ///
+    /// - Parameters:
+    ///   - schedule: `.after(_:)`, `.at(_:)` or `.every(_:firstAfter:count:)`.
+    ///   - name: a unique name for the registry; nil generates `timer#<id>`.
+    ///   - tolerance: how late the timer may fire, so wake-ups can be coalesced.
+    ///   - missedTicks: what a repeating timer does with ticks it was too late for.
+    ///   - handler: runs once per tick, serially with the backend's other handlers.
+    /// - Throws: `TimerError` naming the bad value: negative or non-finite durations, a zero
+    ///   interval, a count below 1, an empty, reserved or duplicate name, a shut-down backend.
+    @discardableResult
+    public func schedule(_ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
+                         missedTicks: MissedTickPolicy = .skip,
+                         handler: @escaping @Sendable (Tick) -> Void) throws(TimerError) -> TimerHandle {
+        try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks,
+                               target: nil, handler: handler)
+    }
+
+    /// Target-action scheduling (NSTimer's target/selector, with NSProxy's weak reference
+    /// built in): the timer holds `target` weakly and passes it to `action`, so the
+    /// caller never captures `self`. When the target is deallocated its timers cancel
+    /// themselves and leave the registry; the target's `deinit` runs even while a timer
+    /// targeting it is scheduled.
+    @discardableResult
+    public func schedule<Target: AnyObject & Sendable>(
+        _ schedule: TimerSchedule, target: Target, name: String? = nil, tolerance: Duration = .zero,
+        missedTicks: MissedTickPolicy = .skip,
+        action: @escaping @Sendable (Target, Tick) -> Void
+    ) throws(TimerError) -> TimerHandle {
+        let weakTarget = WeakTarget(target)
+        return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks,
+                                      target: weakTarget) { tick in
+            guard let target = weakTarget.target else {
+                tick.timer.cancel()
+                return
+            }
+            action(target, tick)
+        }
+    }
+}

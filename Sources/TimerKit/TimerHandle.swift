@@ -1,0 +1,113 @@
+import Glibc
+
+/// Something that can tell whether a weakly held target is still alive.
+protocol TargetProbe: AnyObject, Sendable {
+    var isTargetAlive: Bool { get }
+}
+
+/// Holds a target weakly, as NSProxy does for NSTimer, so a timer never keeps its target alive.
+final class WeakTarget<Target: AnyObject & Sendable>: TargetProbe {
+    weak let target: Target?
+    init(_ target: Target) { self.target = target }
+    var isTargetAlive: Bool { target != nil }
+}
+
+/// Fields few timers use, kept out of line so that a plain timer stays small.
+final class TimerExtras {
+    var tolerance: UInt64 = 0
+    var observers: [TimerObserver] = []
+    var target: (any TargetProbe)?
+}
+
+/// A scheduled timer: the value every `schedule` call returns.
+///
+/// Cancel, suspend, resume or reschedule it from any thread. It is registered in its
+/// backend's registry until it is cancelled or finishes.
+public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConvertible {
+    // @unchecked: `id`, `customName` and `scheduler` are immutable; every other stored
+    // property is read and written only while holding `scheduler.mutex`.
+
+    /// A process-wide unique number; generated names are `timer#<id>` and never reused.
+    public let id: UInt64
+    let customName: String?
+    let scheduler: TimerScheduler
+
+    var handler: @Sendable (Tick) -> Void
+    var state: TimerState = .scheduled
+    var policy: MissedTickPolicy
+    var heapIndex: Int32 = -1
+    /// The next due grid point (already fired once `fires` counted it; see `advanceGrid`).
+    var deadline: UInt64
+    /// Repeat interval in ns; 0 for one-shots.
+    var interval: UInt64
+    /// Handler calls left; -1 for unlimited.
+    var remaining: Int
+    var fires: Int = 0
+    var pendingMissed: Int = 0
+    var extras: TimerExtras?
+
+    init(id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
+         policy: MissedTickPolicy, handler: @escaping @Sendable (Tick) -> Void) {
+        self.id = id
+        self.customName = name
+        self.scheduler = scheduler
+        self.handler = handler
+        self.policy = policy
+        self.deadline = resolved.firstDeadline
+        self.interval = resolved.intervalNanoseconds
+        self.remaining = resolved.remaining
+    }
+
+    /// The registered name: the caller's, or the generated `timer#<id>`.
+    public var name: String { customName ?? "timer#\(id)" }
+
+    /// The name of the backend this timer runs on.
+    public var backendName: String { scheduler.backendName }
+
+    /// Whether the timer is scheduled or suspended (not cancelled or finished).
+    public var isActive: Bool { !currentState.hasEnded }
+
+    /// The current state.
+    public var currentState: TimerState { scheduler.mutex.withLock { state } }
+
+    /// Handler calls so far.
+    public var fireCount: Int { scheduler.mutex.withLock { fires } }
+
+    /// A point-in-time view: name, backend, state, fires, next deadline.
+    public var snapshot: TimerSnapshot { scheduler.mutex.withLock { unlockedSnapshot() } }
+
+    func unlockedSnapshot() -> TimerSnapshot {
+        TimerSnapshot(name: name, backend: scheduler.backendName, state: state, fires: fires,
+                      nextDeadline: heapIndex >= 0 ? MonotonicInstant(nanoseconds: deadline) : nil,
+                      interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
+    }
+
+    /// Stops the timer. Idempotent; never throws. After it returns no new handler call
+    /// begins (one already running may still finish: see `cancelAndWait()`).
+    public func cancel() { scheduler.cancel(self, finalState: .cancelled) }
+
+    /// Cancels, then waits until a handler call of this timer that is already running has
+    /// returned. Called from inside that handler it returns at once instead of deadlocking.
+    public func cancelAndWait() {
+        cancel()
+        scheduler.waitUntilIdle(self)
+    }
+
+    /// Keeps the timer but stops it firing until `resume()`. Idempotent: suspending twice
+    /// and resuming once runs it again (unlike a GCD source, which counts).
+    public func suspend() throws(TimerError) { try scheduler.suspend(self) }
+
+    /// Resumes a suspended timer. Ticks that came due while it was suspended are handled by
+    /// its missed-tick policy (`.skip`: fire once now). Resuming a scheduled timer does nothing.
+    public func resume() throws(TimerError) { try scheduler.resume(self) }
+
+    /// Replaces the timer's schedule, keeping its name, handler and registry entry.
+    public func reschedule(_ schedule: TimerSchedule) throws(TimerError) { try scheduler.reschedule(self, schedule) }
+
+    /// Adds hooks that run around each of this timer's handler calls.
+    public func addObserver(_ observer: TimerObserver) throws(TimerError) { try scheduler.addObserver(observer, to: self) }
+
+    public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+    public var description: String { "TimerHandle(\(name) on \(backendName))" }
+}

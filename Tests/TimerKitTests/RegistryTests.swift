@@ -1,0 +1,127 @@
+import Testing
+@testable import TimerKit
+
+@Suite("Registry")
+struct RegistryTests {
+    let registry = TimerRegistry()
+
+    @Test func generatedNamesAreUniqueAndNeverReused() throws {
+        let clock = ManualBackend(registry: registry)
+        var seen = Set<String>()
+        for _ in 0..<100 {
+            let timer = try clock.schedule(.after(ms(5))) { _ in }
+            #expect(seen.insert(timer.name).inserted)
+            timer.cancel()   // the seeds' `count`-based scheme reuses names after this
+        }
+        let survivors = try (0..<10).map { _ in try clock.schedule(.after(ms(5))) { _ in } }
+        #expect(survivors.allSatisfy { !seen.contains($0.name) })
+        #expect(registry.count == 10)
+    }
+
+    @Test func duplicateNamesAreRefusedUntilTheFirstTimerEnds() throws {
+        let clock = ManualBackend(registry: registry)
+        let first = try clock.schedule(.after(ms(5)), name: "poll") { _ in }
+        #expect(throws: TimerError.duplicateName("poll")) {
+            try clock.schedule(.after(ms(5)), name: "poll") { _ in }
+        }
+        first.cancel()
+        #expect(throws: Never.self) { try clock.schedule(.after(ms(5)), name: "poll") { _ in } }
+    }
+
+    @Test func namesAreSharedAcrossBackendsOfOneRegistry() throws {
+        let one = ManualBackend(registry: registry, name: "manual-a")
+        let two = ManualBackend(registry: registry, name: "manual-b")
+        try one.schedule(.after(ms(5)), name: "x") { _ in }
+        #expect(throws: TimerError.duplicateName("x")) { try two.schedule(.after(ms(5)), name: "x") { _ in } }
+        #expect(try registry.snapshot(named: "x").backend == "manual-a")
+    }
+
+    @Test func lookupAndControlByName() throws {
+        let clock = ManualBackend(registry: registry)
+        let log = TickLog()
+        let timer = try clock.schedule(.every(ms(10)), name: "heartbeat", handler: log.record)
+        #expect(registry.timer(named: "heartbeat") === timer)
+        #expect(registry.timer(named: timer.name) === timer)
+        try registry.suspend(named: "heartbeat")
+        clock.advance(by: ms(50))
+        #expect(log.count == 0)
+        try registry.resume(named: "heartbeat")
+        clock.advance(by: ms(10))
+        #expect(log.count >= 1)
+        try registry.cancel(named: "heartbeat")
+        #expect(registry.timer(named: "heartbeat") == nil)
+        #expect(throws: TimerError.noSuchTimer("heartbeat")) { try registry.cancel(named: "heartbeat") }
+        #expect(throws: TimerError.noSuchTimer("nope")) { try registry.resume(named: "nope") }
+        #expect(throws: TimerError.noSuchTimer("timer#0")) { try registry.suspend(named: "timer#0") }
+    }
+
+    @Test func generatedNameLookupFindsTheTimer() throws {
+        let clock = ManualBackend(registry: registry)
+        let timer = try clock.schedule(.after(ms(10))) { _ in }
+        #expect(timer.name.hasPrefix("timer#"))
+        #expect(registry.timer(named: timer.name) === timer)
+    }
+
+    @Test func snapshotsDescribeEachTimer() throws {
+        let clock = ManualBackend(registry: registry)
+        let start = clock.now()
+        try clock.schedule(.every(ms(10)), name: "a") { _ in }
+        let b = try clock.schedule(.after(ms(100)), name: "b") { _ in }
+        try b.suspend()
+        clock.advance(by: ms(25))
+        let snaps = registry.snapshot()
+        #expect(snaps.map(\.name) == ["a", "b"])
+        #expect(snaps[0].backend == "manual")
+        #expect(snaps[0].state == .scheduled)
+        #expect(snaps[0].fires == 2)
+        #expect(snaps[0].nextDeadline == start + ms(30))
+        #expect(snaps[0].interval == ms(10))
+        #expect(snaps[1].state == .suspended)
+        #expect(snaps[1].nextDeadline == nil)
+        #expect(snaps[1].interval == nil)
+    }
+
+    @Test func allTimersAtOnce() throws {
+        let clock = ManualBackend(registry: registry)
+        let log = TickLog()
+        for i in 0..<5 { try clock.schedule(.every(ms(10)), name: "t\(i)", handler: log.record) }
+        registry.suspendAll()
+        clock.advance(by: ms(50))
+        #expect(log.count == 0)
+        registry.resumeAll()
+        clock.runDue()
+        #expect(log.count == 5, "each fires its latest missed tick once on resume")
+        clock.advance(by: ms(10))
+        #expect(log.count == 10)
+        registry.cancelAll()
+        #expect(registry.count == 0)
+        #expect(registry.names.isEmpty)
+    }
+
+    @Test func separateRegistriesDoNotSeeEachOther() throws {
+        let other = TimerRegistry()
+        let a = ManualBackend(registry: registry)
+        let b = ManualBackend(registry: other)
+        try a.schedule(.after(ms(5)), name: "same") { _ in }
+        try b.schedule(.after(ms(5)), name: "same") { _ in }
+        #expect(registry.count == 1)
+        #expect(other.count == 1)
+    }
+
+    @Test func theRegistryIsSafeUnderConcurrentUse() async throws {
+        let clock = ManualBackend(registry: registry)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 0..<4 {
+                group.addTask {
+                    for i in 0..<500 {
+                        let timer = try clock.schedule(.after(ms(1000)), name: "w\(worker)-\(i)") { _ in }
+                        if i.isMultiple(of: 2) { timer.cancel() }
+                        _ = self.registry.timer(named: "w\(worker)-\(i)")
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(registry.count == 1000)
+    }
+}

@@ -1,0 +1,201 @@
+import Testing
+@testable import TimerKit
+
+/// Records ticks from handlers that run on another thread.
+final class TickLog: Sendable {
+    let ticks = Locked<[Tick]>([])
+    func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
+    var all: [Tick] { ticks.current }
+    var count: Int { ticks.current.count }
+}
+
+func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+@Suite("Scheduling on virtual time")
+struct SchedulingTests {
+    let registry = TimerRegistry()
+    var clock: ManualBackend { ManualBackend(registry: registry) }
+
+    @Test func oneShotFiresOnceAtItsDeadline() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.after(ms(50)), handler: log.record)
+        clock.advance(by: ms(49))
+        #expect(log.count == 0)
+        clock.advance(by: ms(1))
+        #expect(log.count == 1)
+        clock.advance(by: .seconds(10))
+        #expect(log.count == 1)
+        let tick = try #require(log.all.first)
+        #expect(tick.index == 0)
+        #expect(tick.scheduled == start + ms(50))
+        #expect(tick.actual == start + ms(50))
+        #expect(tick.missed == 0)
+        #expect(tick.timer.currentState == .finished)
+        #expect(registry.count == 0)
+    }
+
+    @Test func oneShotAtAPastDeadlineFiresOnTheNextAdvance() throws {
+        let clock = self.clock
+        let log = TickLog()
+        try clock.schedule(.at(clock.now() + ms(-5)), handler: log.record)
+        clock.runDue()
+        #expect(log.count == 1)
+    }
+
+    @Test func timersFireInDeadlineOrder() throws {
+        let clock = self.clock
+        let order = Locked<[Int]>([])
+        for delay in [30, 10, 20, 10, 50, 40] {
+            try clock.schedule(.after(ms(delay))) { _ in order.withLock { $0.append(delay) } }
+        }
+        clock.advance(by: ms(100))
+        #expect(order.current == [10, 10, 20, 30, 40, 50])
+    }
+
+    @Test func repeatsStayOnTheGridHoweverTimeAdvances() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.every(ms(10), firstAfter: ms(3)), handler: log.record)
+        for step in [1, 7, 13, 2, 29, 48] { clock.advance(by: ms(step)) }
+        let scheduled = log.all.map { $0.scheduled }
+        #expect(scheduled.count == 10)
+        for (k, deadline) in scheduled.enumerated() {
+            #expect(deadline == start + ms(3) + ms(10) * k)
+        }
+    }
+
+    @Test func finiteCountEndsFinishedAndLeavesTheRegistry() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let timer = try clock.schedule(.every(ms(10), count: 3), handler: log.record)
+        clock.advance(by: ms(25))
+        #expect(timer.currentState == .scheduled)
+        #expect(registry.count == 1)
+        clock.advance(by: ms(100))
+        #expect(log.all.map(\.index) == [0, 1, 2])
+        #expect(timer.currentState == .finished)
+        #expect(registry.count == 0)
+    }
+
+    @Test func skipFiresTheLatestDueTickOnceAndCountsTheRest() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.every(ms(10)), missedTicks: .skip) { tick in
+            log.record(tick)
+            if tick.index == 0 { clock.advance(by: ms(35)) }  // a handler that ran 35 ms
+        }
+        clock.advance(by: ms(60))
+        let ticks = log.all
+        // Fire 0 at 10 ran until 45: 20 and 30 are skipped, 40 fires late, then 50, 60.
+        #expect(ticks.map { $0.scheduled - start } == [ms(10), ms(40), ms(50), ms(60)])
+        #expect(ticks.map(\.missed) == [0, 2, 0, 0])
+        #expect(ticks[1].actual - start == ms(45))
+    }
+
+    @Test func burstCatchesUpEveryMissedTick() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.every(ms(10)), missedTicks: .burst) { tick in
+            log.record(tick)
+            if tick.index == 0 { clock.advance(by: ms(35)) }
+        }
+        clock.advance(by: ms(60))
+        let ticks = log.all
+        #expect(ticks.map { $0.scheduled - start } == [ms(10), ms(20), ms(30), ms(40), ms(50), ms(60)])
+        #expect(ticks[1...3].allSatisfy { $0.actual - start == ms(45) })
+        #expect(ticks.allSatisfy { $0.missed == 0 })
+    }
+
+    @Test func delayRestartsTheGridFromNow() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.every(ms(10)), missedTicks: .delay) { tick in
+            log.record(tick)
+            if tick.index == 0 { clock.advance(by: ms(35)) }
+        }
+        clock.advance(by: ms(70))
+        let ticks = log.all
+        #expect(ticks.map { $0.scheduled - start } == [ms(10), ms(45), ms(55), ms(65)])
+        #expect(ticks.map(\.missed) == [0, 2, 0, 0])
+    }
+
+    @Test func toleranceLetsATimerFireLateButNeverLaterThanAllowed() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.after(ms(10)), tolerance: ms(5), handler: log.record)
+        clock.advance(by: ms(10))
+        #expect(log.count == 0, "the wake-up may be deferred within the tolerance")
+        clock.advance(by: ms(5))
+        let tick = try #require(log.all.first)
+        #expect(tick.scheduled == start + ms(10))
+        #expect(tick.lateness <= ms(5))
+    }
+
+    @Test func toleranceCoalescesWithAnEarlierWakeUp() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.after(ms(10)), name: "lenient", tolerance: ms(50), handler: log.record)
+        try clock.schedule(.after(ms(20)), name: "strict", handler: log.record)
+        clock.advance(by: ms(20))
+        // One wake-up at 20 ms runs both: the lenient timer is due and within its window.
+        #expect(log.all.map(\.timer.name) == ["strict", "lenient"])
+        #expect(log.all.allSatisfy { $0.actual == start + ms(20) })
+    }
+
+    @Test func theDriverIsReArmedOnlyWhenTheEarliestDeadlineChanges() throws {
+        let clock = self.clock
+        let start = clock.now()
+        try clock.schedule(.after(ms(30))) { _ in }
+        #expect(clock.requestedWakeUp == start + ms(30))
+        try clock.schedule(.after(ms(50))) { _ in }
+        #expect(clock.requestedWakeUp == start + ms(30))
+        try clock.schedule(.after(ms(10))) { _ in }
+        #expect(clock.requestedWakeUp == start + ms(10))
+        clock.advance(by: ms(10))
+        #expect(clock.requestedWakeUp == start + ms(30))
+        clock.advance(by: ms(100))
+        #expect(clock.requestedWakeUp == .distantFuture)
+    }
+
+    @Test func aHandlerCanRescheduleItsOwnOneShot() throws {
+        let clock = self.clock
+        let log = TickLog()
+        try clock.schedule(.after(ms(10))) { tick in
+            log.record(tick)
+            if tick.index == 0 { try? tick.timer.reschedule(.after(ms(10))) }
+        }
+        clock.advance(by: ms(100))
+        #expect(log.count == 2)
+        #expect(registry.count == 0)
+    }
+
+    @Test func manyTimersWithRandomCancelsFireInOrderAndCancelledOnesNever() throws {
+        let clock = self.clock
+        var rng = SystemRandomNumberGenerator()
+        let fired = Locked<[(UInt64, MonotonicInstant)]>([])
+        var timers: [TimerHandle] = []
+        for _ in 0..<2000 {
+            let delay = ms(Int.random(in: 1...1000, using: &rng))
+            timers.append(try clock.schedule(.after(delay)) { tick in
+                fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
+            })
+        }
+        timers.shuffle(using: &rng)
+        let cancelled = Set(timers.prefix(1000).map(\.id))
+        for timer in timers.prefix(1000) { timer.cancel() }
+        clock.advance(by: .seconds(2))
+        let result = fired.current
+        #expect(result.count == 1000)
+        #expect(result.allSatisfy { !cancelled.contains($0.0) })
+        #expect(zip(result, result.dropFirst()).allSatisfy { $0.1 <= $1.1 })
+        #expect(registry.count == 0)
+    }
+}

@@ -15,10 +15,12 @@ let package = Package(
     ],
     targets: [
         .target(name: "TimerKit", swiftSettings: strict),
+        .target(name: "CTimerShims", path: "CShims/CTimerShims"),
         .executableTarget(
             name: "timerkit-bench",
             dependencies: [
                 "TimerKit",
+                "CTimerShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],

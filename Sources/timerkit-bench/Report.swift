@@ -1,0 +1,83 @@
+import Foundation
+
+/// What the machine was, so figures from different machines are not compared blindly.
+struct MachineInfo: Codable {
+    var hostname: String
+    var cpu: String
+    var cores: Int
+    var kernel: String
+    var date: String
+
+    static func current() -> MachineInfo {
+        let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
+        let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
+            .map { $0.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "" } ?? "unknown"
+        let kernel = ((try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8)) ?? "unknown")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        return MachineInfo(hostname: ProcessInfo.processInfo.hostName, cpu: model,
+                           cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel,
+                           date: ISO8601DateFormatter().string(from: Date()))
+    }
+}
+
+/// One result of any scenario; encodes as that scenario's own object.
+enum BenchResult: Encodable {
+    case latency(LatencyResult)
+    case throughput(ThroughputResult)
+
+    func encode(to encoder: any Encoder) throws {
+        switch self {
+        case let .latency(result): try result.encode(to: encoder)
+        case let .throughput(result): try result.encode(to: encoder)
+        }
+    }
+}
+
+struct BenchReport: Encodable {
+    var machine: MachineInfo
+    var results: [BenchResult]
+
+    func json() throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        return String(decoding: try encoder.encode(self), as: UTF8.self)
+    }
+
+    func table() -> String {
+        var out = "TimerKit bench on \(machine.cpu), \(machine.cores) cores, Linux \(machine.kernel)\n"
+        let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
+        if !latency.isEmpty {
+            let best = latency.map(\.lateness_us.p50).filter { $0 > 0 }.min() ?? 1
+            out += "\nlatency: lateness of a repeating \(format(latency[0].interval_us)) µs timer (µs; p50 first, compare inside one run)\n"
+            out += aligned([["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 vs best"]] + latency.map { r in
+                [r.backend, format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99),
+                 format(r.lateness_us.p999), format(r.lateness_us.max), "\(r.fires)", "\(r.missed)",
+                 String(format: "%.2fx", r.lateness_us.p50 / best)]
+            })
+        }
+        let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
+        if !throughput.isEmpty {
+            out += "\nthroughput: schedule then cancel in random order, deadlines 1–60 s\n"
+            out += aligned([["backend", "timers", "schedule ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]] + throughput.map { r in
+                [r.backend, "\(r.timers)", format(r.schedule_ns), format(r.cancel_ns), format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
+            })
+        }
+        return out
+    }
+}
+
+func format(_ value: Double) -> String {
+    value >= 100 ? String(format: "%.0f", value) : String(format: "%.1f", value)
+}
+
+/// Pads columns: the first left-aligned, the rest right-aligned.
+func aligned(_ rows: [[String]]) -> String {
+    guard let columns = rows.first?.count else { return "" }
+    let widths = (0..<columns).map { c in rows.map { $0[c].count }.max() ?? 0 }
+    return rows.map { row in
+        row.enumerated().map { c, cell in
+            let pad = String(repeating: " ", count: widths[c] - cell.count)
+            return c == 0 ? cell + pad : pad + cell
+        }.joined(separator: "  ")
+    }.joined(separator: "\n") + "\n"
+}

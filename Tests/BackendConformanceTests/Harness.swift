@@ -1,0 +1,91 @@
+import Dispatch
+import TimerKit
+
+/// Every backend the conformance suite runs against. A new backend joins by adding a case.
+enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case manual
+    case dispatch
+
+    var testDescription: String { rawValue }
+
+    func makeHarness() throws -> Harness {
+        let registry = TimerRegistry()
+        switch self {
+        case .manual:
+            let clock = ManualBackend(registry: registry)
+            return Harness(backend: clock, manual: clock)
+        case .dispatch:
+            return Harness(backend: DispatchBackend(registry: registry))
+        }
+    }
+}
+
+import Testing
+
+/// Lets the same test body run on virtual and real time.
+final class Harness: Sendable {
+    let backend: any TimerBackend
+    let manual: ManualBackend?
+    private let teardown: @Sendable () -> Void
+
+    init(backend: any TimerBackend, manual: ManualBackend? = nil, teardown: @escaping @Sendable () -> Void = {}) {
+        self.backend = backend
+        self.manual = manual
+        self.teardown = teardown
+    }
+
+    var registry: TimerRegistry { backend.registry }
+
+    /// Lets `duration` of backend time pass: virtual time advances, real time is waited out.
+    func pass(_ duration: Duration) {
+        if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }
+    }
+
+    /// Called from inside a handler: the handler "takes" `duration`.
+    func work(_ duration: Duration) {
+        if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }
+    }
+
+    /// Waits until `condition` holds, advancing virtual time in 1 ms steps or polling real
+    /// time, for at most `timeout` (generous: this VM is noisy).
+    @discardableResult
+    func waitUntil(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+        var waited = Duration.zero
+        while !condition() {
+            if waited >= timeout { return false }
+            pass(.milliseconds(1))
+            waited += .milliseconds(1)
+        }
+        return true
+    }
+
+    /// Runs `body` off the test's thread; on Manual it also drives virtual time there, so a
+    /// handler can block while the test thread acts on its timer.
+    func driveInBackground(for duration: Duration, _ body: @escaping @Sendable () -> Void = {}) {
+        DispatchQueue.global().async { [manual] in
+            body()
+            manual?.advance(by: duration)
+        }
+    }
+
+    func shutdown() {
+        backend.shutdown()
+        teardown()
+    }
+}
+
+/// Blocks the calling thread for `duration` of real time (a busy handler, or a pause in a
+/// real-time test whose bounds are generous).
+func blockRealTime(_ duration: Duration) {
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(duration.components.seconds) * 1_000_000_000 + Int(duration.components.attoseconds / 1_000_000_000)))
+}
+
+/// Records ticks from handlers that run on other threads.
+final class TickLog: Sendable {
+    private let ticks = Locked<[Tick]>([])
+    func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
+    var all: [Tick] { ticks.current }
+    var count: Int { ticks.current.count }
+}
+
+func ms(_ value: Int) -> Duration { .milliseconds(value) }

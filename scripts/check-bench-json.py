@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Checks a `timerkit-bench --json` report: the keys users' scripts read, and that every
+backend the bench knows appears in every scenario it belongs to. Exit 1 on any problem."""
+import json, subprocess, sys
+
+LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us"}
+PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
+THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "cancel_ns", "bytes_per_timer"}
+
+def main(path, bench):
+    report = json.load(open(path))
+    problems = []
+    if not isinstance(report.get("machine"), dict):
+        problems.append("no machine object")
+    results = report.get("results", [])
+    known = [line.split() for line in subprocess.run([bench, "--list-backends"], capture_output=True, text=True, check=True).stdout.splitlines()]
+    real_time = {name for name, kind in known if kind == "real-time"}
+    everyone = {name for name, _ in known}
+    seen = {"latency": set(), "throughput": set()}
+    for r in results:
+        kind = r.get("scenario")
+        if kind == "latency":
+            missing = LATENCY - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
+            if r.get("fires", 0) <= 0:
+                problems.append(f"latency {r.get('backend')}: no fires")
+        elif kind == "throughput":
+            missing = THROUGHPUT - r.keys()
+            if r.get("schedule_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
+                problems.append(f"throughput {r.get('backend')}: no timing")
+        else:
+            continue
+        if missing:
+            problems.append(f"{kind} {r.get('backend')}: missing keys {sorted(missing)}")
+        seen[kind].add(r.get("backend"))
+    if seen["latency"] != real_time:
+        problems.append(f"latency backends {sorted(seen['latency'])} != {sorted(real_time)}")
+    if seen["throughput"] != everyone:
+        problems.append(f"throughput backends {sorted(seen['throughput'])} != {sorted(everyone)}")
+    for p in problems:
+        print("bench json:", p, file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print(f"bench json: ok ({len(results)} results, backends: {', '.join(sorted(everyone))})")
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ".build/debug/timerkit-bench")

@@ -38,8 +38,6 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
 
     deinit { shutdown() }
 
-    public func now() -> MonotonicInstant { .now() }
-
     public func wake(at deadline: MonotonicInstant) {
         // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux.
         let when: DispatchTime = deadline == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: max(deadline.nanoseconds, 1))

@@ -9,28 +9,27 @@ import Glibc
 /// clock.advance(by: .seconds(3))   // prints 0, 1, 2
 /// ```
 public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable {
-    // @unchecked: `virtualNow` and `wakeRequest` are guarded by `mutex`.
+    // @unchecked: `wakeRequest` and `advancingThread` are guarded by `mutex`; the clock
+    // guards itself.
 
     /// The core scheduler.
     public let scheduler: TimerScheduler
     private let mutex = PThreadMutex()
     private let advancing = PThreadMutex()
-    private var virtualNow: MonotonicInstant
+    private let clock: VirtualClock
     private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?
 
     /// Creates a manual clock starting at `start`, registering timers in `registry`.
     public init(start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
                 registry: TimerRegistry = .shared, name: String = "manual") {
-        virtualNow = start
-        scheduler = TimerScheduler(backendName: name, registry: registry)
+        clock = VirtualClock(start: start)
+        scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock))
         scheduler.attach(self)
     }
 
     deinit { scheduler.shutdown() }
 
-    /// The current virtual time.
-    public func now() -> MonotonicInstant { mutex.withLock { virtualNow } }
 
     /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
     /// lets tests check that the core re-arms only when the earliest deadline changes.
@@ -43,7 +42,7 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// Moves virtual time forward by `duration`, firing everything that comes due.
     /// A negative duration does nothing.
     public func advance(by duration: Duration) {
-        advance(to: now() + max(duration, .zero))
+        advance(to: clock.now + max(duration, .zero))
     }
 
     /// Moves virtual time to `deadline` (never backwards), firing everything that comes due
@@ -55,7 +54,7 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     public func advance(to deadline: MonotonicInstant) {
         let reentrant = mutex.withLock {
             guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
-            virtualNow = max(virtualNow, deadline)
+            clock.move(to: deadline)
             return true
         }
         if reentrant { return }
@@ -68,13 +67,11 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
         while true {
             let next = mutex.withLock { wakeRequest }
             guard next <= deadline else { break }
-            mutex.withLock {
-                virtualNow = max(virtualNow, next)
-                wakeRequest = .distantFuture
-            }
+            mutex.withLock { wakeRequest = .distantFuture }
+            clock.move(to: next)
             scheduler.fireDueTimers()
         }
-        mutex.withLock { virtualNow = max(virtualNow, deadline) }
+        clock.move(to: deadline)
     }
 
     /// Fires whatever is due at the current virtual time without moving it.

@@ -10,7 +10,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidCount(Int)
     /// A timer name was empty.
     case emptyName
-    /// A caller's timer name has the form of a generated name (`timer#<number>`).
+    /// A caller's timer name starts with `timer#`, the prefix of generated names.
     case reservedName(String)
     /// A timer of this name is already registered.
     case duplicateName(String)
@@ -34,7 +34,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .zeroInterval(parameter): "\(parameter) must be greater than zero"
         case let .invalidCount(count): "repeat count must be at least 1 (got \(count))"
         case .emptyName: "timer name must not be empty"
-        case let .reservedName(name): "timer name '\(name)' has the form of a generated name (timer#N); choose another"
+        case let .reservedName(name): "timer name '\(name)' starts with 'timer#', which is kept for generated names; choose another"
         case let .duplicateName(name): "a timer named '\(name)' is already registered"
         case let .noSuchTimer(name): "no timer named '\(name)' is registered"
         case let .timerEnded(name, state): "timer '\(name)' is \(state); it cannot be changed"

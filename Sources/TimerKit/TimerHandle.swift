@@ -27,27 +27,33 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     // @unchecked: `id`, `customName` and `scheduler` are immutable; every other stored
     // property is read and written only while holding `scheduler.mutex`.
 
-    /// A process-wide unique number; generated names are `timer#<id>` and never reused.
-    public let id: UInt64
-    let customName: String?
-    let scheduler: TimerScheduler
+    // Field order is deliberate: what cancel touches (id, scheduler, state, heapIndex,
+    // handler) comes first, so that with a million timers a cancel costs one cache miss on
+    // the timer instead of two or three.
 
-    var handler: @Sendable (Tick) -> Void
-    var state: TimerState = .scheduled
-    var policy: MissedTickPolicy
-    var heapIndex: Int32 = -1
-    /// The next due grid point (already fired once `fires` counted it; see `advanceGrid`).
-    var deadline: UInt64
+    /// Unique within its registry and never reused there: a slot number in the low 32 bits
+    /// and that slot's generation in the high 32 bits.
+    public let id: UInt64
+    let scheduler: TimerScheduler
+    @exclusivity(unchecked) var state: TimerState = .scheduled
+    @exclusivity(unchecked) var policy: MissedTickPolicy
+    @exclusivity(unchecked) var heapIndex: Int32 = -1
+    @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
+    /// The next due grid point; advanced by one interval when a tick fires, then moved by
+    /// the missed-tick policy once the handler returns.
+    @exclusivity(unchecked) var deadline: UInt64
+    let customName: String?
     /// Repeat interval in ns; 0 for one-shots.
-    var interval: UInt64
+    @exclusivity(unchecked) var interval: UInt64
     /// Handler calls left; -1 for unlimited.
-    var remaining: Int
-    var fires: Int = 0
-    var pendingMissed: Int = 0
-    var extras: TimerExtras?
+    @exclusivity(unchecked) var remaining: Int
+    @exclusivity(unchecked) var fires: Int = 0
+    @exclusivity(unchecked) var pendingMissed: Int = 0
+    @exclusivity(unchecked) var extras: TimerExtras?
 
     init(id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
-         policy: MissedTickPolicy, handler: @escaping @Sendable (Tick) -> Void) {
+         policy: MissedTickPolicy, extras: TimerExtras?, handler: @escaping @Sendable (Tick) -> Void) {
+        self.extras = extras
         self.id = id
         self.customName = name
         self.scheduler = scheduler
@@ -58,8 +64,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         self.remaining = resolved.remaining
     }
 
-    /// The registered name: the caller's, or the generated `timer#<id>`.
-    public var name: String { customName ?? "timer#\(id)" }
+    /// The registered name: the caller's, or a generated `timer#<slot>` / `timer#<slot>.<generation>`.
+    public var name: String { customName ?? TimerRegistry.generatedName(id) }
 
     /// The name of the backend this timer runs on.
     public var backendName: String { scheduler.backendName }
@@ -78,7 +84,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
 
     func unlockedSnapshot() -> TimerSnapshot {
         TimerSnapshot(name: name, backend: scheduler.backendName, state: state, fires: fires,
-                      nextDeadline: heapIndex >= 0 ? MonotonicInstant(nanoseconds: deadline) : nil,
+                      nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: deadline) : nil,
                       interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
     }
 

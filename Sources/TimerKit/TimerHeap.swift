@@ -1,22 +1,29 @@
 /// An indexed binary min-heap of timers keyed by their latest permitted fire time.
 ///
 /// Each timer records its slot (`heapIndex`), so removing an arbitrary timer is O(log n)
-/// with no search. The key sits in the entry beside the reference so that sifting
-/// compares without touching the timer objects.
+/// with no search. Entries are plain data: the key sits beside an unmanaged reference, so
+/// sifting compares without touching timer objects and moves without reference counting.
+/// The heap owns one retain of every timer it holds, taken in `insert` and given back when
+/// the timer leaves (`popTop`, `remove`, `removeAll`).
 struct TimerHeap {
     struct Entry {
         var key: UInt64
-        let timer: TimerHandle
+        let timer: Unmanaged<TimerHandle>
     }
 
-    private(set) var entries: ContiguousArray<Entry> = []
+    private var entries: ContiguousArray<Entry> = []
 
     var count: Int { entries.count }
     var isEmpty: Bool { entries.isEmpty }
-    var top: Entry? { entries.first }
+    var topKey: UInt64? { entries.first?.key }
+    /// The earliest timer, still owned by the heap.
+    var top: (key: UInt64, timer: TimerHandle)? {
+        guard let first = entries.first else { return nil }
+        return (first.key, first.timer.takeUnretainedValue())
+    }
 
     mutating func insert(_ timer: TimerHandle, key: UInt64) {
-        entries.append(Entry(key: key, timer: timer))
+        entries.append(Entry(key: key, timer: .passRetained(timer)))
         siftUp(from: entries.count - 1)
     }
 
@@ -29,13 +36,48 @@ struct TimerHeap {
     @discardableResult
     mutating func remove(_ timer: TimerHandle) -> Bool {
         let index = Int(timer.heapIndex)
-        guard index >= 0, index < entries.count, entries[index].timer === timer else { return false }
+        guard index >= 0, index < entries.count, entries[index].timer.toOpaque() == Unmanaged.passUnretained(timer).toOpaque() else { return false }
         _ = remove(at: index)
         return true
     }
 
+    /// Moves `timer`, already in the heap, to `key`.
+    mutating func update(_ timer: TimerHandle, key: UInt64) {
+        let index = Int(timer.heapIndex)
+        guard index >= 0, index < entries.count else { return }
+        let old = entries[index].key
+        entries[index].key = key
+        if key < old { siftUp(from: index) } else { siftDown(from: index) }
+    }
+
+    /// Drops every entry whose timer fails `keep`, then restores heap order in O(n).
+    /// Returns the dropped timers so the caller can release them outside its lock.
+    mutating func compact(keeping keep: (TimerHandle) -> Bool) -> [TimerHandle] {
+        var dropped: [TimerHandle] = []
+        var kept = 0
+        for index in entries.indices {
+            let entry = entries[index]
+            if entry.timer._withUnsafeGuaranteedRef(keep) {
+                entries[kept] = entry
+                kept += 1
+            } else {
+                let timer = entry.timer.takeRetainedValue()
+                timer.heapIndex = -1
+                dropped.append(timer)
+            }
+        }
+        entries.removeLast(entries.count - kept)
+        entries.withUnsafeMutableBufferPointer { heap in
+            for index in heap.indices { Self.place(heap[index], at: index, in: heap) }
+        }
+        if entries.count > 1 {
+            for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) { siftDown(from: index) }
+        }
+        return dropped
+    }
+
     mutating func removeAll() -> [TimerHandle] {
-        let timers = entries.map(\.timer)
+        let timers = entries.map { $0.timer.takeRetainedValue() }
         for timer in timers { timer.heapIndex = -1 }
         entries.removeAll()
         return timers
@@ -43,18 +85,24 @@ struct TimerHeap {
 
     private mutating func remove(at index: Int) -> TimerHandle {
         let removed = entries[index].timer
-        removed.heapIndex = -1
         let last = entries.removeLast()
         if index < entries.count {
             entries[index] = last
-            last.timer.heapIndex = Int32(index)
             if index > 0 && last.key < entries[(index - 1) / 2].key {
                 siftUp(from: index)
             } else {
                 siftDown(from: index)
             }
         }
-        return removed
+        let timer = removed.takeRetainedValue()
+        timer.heapIndex = -1
+        return timer
+    }
+
+    @inline(__always)
+    private static func place(_ entry: Entry, at index: Int, in heap: UnsafeMutableBufferPointer<Entry>) {
+        heap[index] = entry
+        entry.timer._withUnsafeGuaranteedRef { $0.heapIndex = Int32(truncatingIfNeeded: index) }
     }
 
     private mutating func siftUp(from start: Int) {
@@ -64,12 +112,10 @@ struct TimerHeap {
             while index > 0 {
                 let parent = (index - 1) / 2
                 guard moving.key < heap[parent].key else { break }
-                heap[index] = heap[parent]
-                heap[index].timer.heapIndex = Int32(index)
+                Self.place(heap[parent], at: index, in: heap)
                 index = parent
             }
-            heap[index] = moving
-            moving.timer.heapIndex = Int32(index)
+            Self.place(moving, at: index, in: heap)
         }
     }
 
@@ -83,12 +129,11 @@ struct TimerHeap {
                 guard child < count else { break }
                 if child + 1 < count && heap[child + 1].key < heap[child].key { child += 1 }
                 guard heap[child].key < moving.key else { break }
-                heap[index] = heap[child]
-                heap[index].timer.heapIndex = Int32(index)
+                Self.place(heap[child], at: index, in: heap)
                 index = child
             }
-            heap[index] = moving
-            moving.timer.heapIndex = Int32(index)
+            Self.place(moving, at: index, in: heap)
         }
     }
 }
+

@@ -14,16 +14,28 @@ public final class TimerRegistry: @unchecked Sendable {
     /// The process-wide registry that backends use unless given another.
     public static let shared = TimerRegistry()
 
-    private static let nextID = Atomic<UInt64>(1)
-    static func makeID() -> UInt64 { nextID.wrappingAdd(1, ordering: .relaxed).oldValue }
+    /// One place a timer can be registered. Slots are reused through a free list, and each
+    /// reuse bumps the generation, so an id (slot + generation) is never handed out twice.
+    private struct Slot {
+        var generation: UInt32 = 0
+        var timer: TimerHandle?
+    }
 
     private let mutex = PThreadMutex()
-    private var byID: [UInt64: TimerHandle] = [:]
-    private var idByName: [String: UInt64] = [:]
+    // Only touched while holding `mutex`, so the runtime exclusivity check is redundant.
+    @exclusivity(unchecked) private var slots: ContiguousArray<Slot> = []
+    @exclusivity(unchecked) private var freeSlots: [UInt32] = []
+    @exclusivity(unchecked) private var liveCount = 0
+    /// Ended timers whose slots are not yet cleared. Clearing a slot is a cache miss when
+    /// there are many timers; done in batches the misses overlap. Every read flushes first,
+    /// so no lookup ever sees an ended timer.
+    @exclusivity(unchecked) private var pendingRemovals: [TimerHandle] = []
+    private static let removalBatch = 256
+    @exclusivity(unchecked) private var idByName: [String: UInt64] = [:]
     /// Timers whose target is held weakly: checked for a dead target on every read.
-    private var targeted: [UInt64: TimerHandle] = [:]
-    private var observers: [(token: UInt64, observer: TimerObserver)] = []
-    private var nextObserverToken: UInt64 = 1
+    @exclusivity(unchecked) private var targeted: [UInt64: TimerHandle] = [:]
+    @exclusivity(unchecked) private var observers: [(token: UInt64, observer: TimerObserver)] = []
+    @exclusivity(unchecked) private var nextObserverToken: UInt64 = 1
     private let observerCount = Atomic<Int>(0)
 
     /// Creates an empty registry.
@@ -31,49 +43,123 @@ public final class TimerRegistry: @unchecked Sendable {
 
     static let generatedPrefix = "timer#"
 
-    /// The id a generated name stands for, if `name` has that form.
+    static func generatedName(_ id: UInt64) -> String {
+        let slot = id & 0xFFFF_FFFF, generation = id >> 32
+        return generation == 0 ? "\(generatedPrefix)\(slot)" : "\(generatedPrefix)\(slot).\(generation)"
+    }
+
+    /// The id a generated name stands for, if `name` has that form (`timer#S` or `timer#S.G`).
     static func generatedID(_ name: String) -> UInt64? {
         guard name.hasPrefix(generatedPrefix) else { return nil }
-        let digits = name.dropFirst(generatedPrefix.count)
-        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber) else { return nil }
-        return UInt64(digits)
+        let parts = name.dropFirst(generatedPrefix.count).split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count <= 2,
+              parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+              let slot = UInt32(parts[0]) else { return nil }
+        let generation = parts.count == 2 ? UInt32(parts[1]) : 0
+        guard let generation else { return nil }
+        return UInt64(generation) << 32 | UInt64(slot)
     }
 
     /// Checks a caller's name before anything is allocated for it.
     static func validate(name: String) throws(TimerError) {
         if name.isEmpty { throw .emptyName }
-        if generatedID(name) != nil { throw .reservedName(name) }
+        if name.hasPrefix(generatedPrefix) { throw .reservedName(name) }
     }
 
-    func insert(_ timer: TimerHandle, hasTarget: Bool) throws(TimerError) {
-        try mutex.withLock { () throws(TimerError) in
-            if let name = timer.customName {
+    /// Registers the timer `make` builds for a fresh id; refuses a duplicate `name`.
+    func register(name: String?, hasTarget: Bool, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
+        var flushed: [TimerHandle] = []
+        defer { withExtendedLifetime(flushed) {} }
+        return try mutex.withLock { () throws(TimerError) in
+            if let name, idByName[name] != nil {
+                flushed = flushLocked()   // the holder of the name may have just ended
                 if idByName[name] != nil { throw .duplicateName(name) }
-                idByName[name] = timer.id
             }
-            byID[timer.id] = timer
-            if hasTarget { targeted[timer.id] = timer }
+            let slot: UInt32
+            if let free = freeSlots.popLast() {
+                slot = free
+            } else {
+                slot = UInt32(slots.count)
+                slots.append(Slot())
+            }
+            let id = UInt64(slots[Int(slot)].generation) << 32 | UInt64(slot)
+            let timer = make(id)
+            slots[Int(slot)].timer = timer
+            liveCount += 1
+            if let name { idByName[name] = id }
+            if hasTarget { targeted[id] = timer }
+            return timer
         }
     }
 
+    /// Takes an ended timer out. Called once per timer, by the scheduler.
     func remove(_ timer: TimerHandle) {
-        let removed: TimerHandle? = mutex.withLock {
-            guard let removed = byID.removeValue(forKey: timer.id) else { return nil }
-            if let name = timer.customName { idByName[name] = nil }
-            targeted[timer.id] = nil
-            return removed
+        let flushed: [TimerHandle] = mutex.withLock {
+            pendingRemovals.append(timer)
+            liveCount -= 1
+            return pendingRemovals.count >= Self.removalBatch ? flushLocked() : []
         }
-        withExtendedLifetime(removed) {}
+        withExtendedLifetime(flushed) {}
     }
+
+    /// Clears the slots of pending removals. Returns the references it let go of, for the
+    /// caller to release after unlocking (a timer's deinit may run user code).
+    private func flushLocked() -> [TimerHandle] {
+        guard !pendingRemovals.isEmpty else { return [] }
+        // A read-only pass first: its loads are independent, so the CPU overlaps their cache
+        // misses. The clearing pass below releases references (atomic, serialising), and
+        // would otherwise wait out one full miss per slot.
+        var touched: UInt64 = 0
+        for timer in pendingRemovals {
+            let slot = Int(timer.id & 0xFFFF_FFFF)
+            if slot < slots.count { touched &+= UInt64(slots[slot].generation) }
+        }
+        guard touched != .max else { return [] }   // keeps the pass from being optimised away
+        var released: [TimerHandle] = []
+        released.reserveCapacity(pendingRemovals.count)
+        for timer in pendingRemovals {
+            let slot = Int(timer.id & 0xFFFF_FFFF)
+            guard slot < slots.count, let current = slots[slot].timer, current === timer else { continue }
+            slots[slot].timer = nil
+            // A slot whose generation would wrap is retired, so no id ever comes back.
+            if slots[slot].generation < UInt32.max {
+                slots[slot].generation += 1
+                freeSlots.append(UInt32(slot))
+            }
+            if let name = timer.customName { idByName[name] = nil }
+            if !targeted.isEmpty { targeted[timer.id] = nil }
+            released.append(current)
+        }
+        pendingRemovals.removeAll(keepingCapacity: true)
+        return released
+    }
+
+    /// Runs `body` under the lock after applying pending removals.
+    private func withCurrent<R>(_ body: () -> R) -> R {
+        var flushed: [TimerHandle] = []
+        defer { withExtendedLifetime(flushed) {} }
+        return mutex.withLock {
+            flushed = flushLocked()
+            return body()
+        }
+    }
+
+    private func timer(id: UInt64) -> TimerHandle? {
+        let slot = Int(id & 0xFFFF_FFFF)
+        guard slot < slots.count, slots[slot].generation == UInt32(id >> 32) else { return nil }
+        return slots[slot].timer
+    }
+
+    private var liveTimers: [TimerHandle] { slots.compactMap(\.timer) }
 
     func timers(of scheduler: TimerScheduler) -> [TimerHandle] {
-        mutex.withLock { byID.values.filter { $0.scheduler === scheduler } }
+        withCurrent { liveTimers.filter { $0.scheduler === scheduler } }
     }
 
     /// Cancels timers whose weakly held target has gone (the proxy's promise that a dead
     /// target's timers leave the registry), so every read below sees only live timers.
     private func endOrphans() {
-        let orphans: [TimerHandle] = mutex.withLock {
+        let orphans: [TimerHandle] = withCurrent {
             guard !targeted.isEmpty else { return [] }
             return targeted.values.filter { !($0.extras?.target?.isTargetAlive ?? true) }
         }
@@ -81,9 +167,9 @@ public final class TimerRegistry: @unchecked Sendable {
     }
 
     private func lookup(_ name: String) -> TimerHandle? {
-        mutex.withLock {
-            if let id = Self.generatedID(name) { return byID[id] }
-            return idByName[name].flatMap { byID[$0] }
+        withCurrent {
+            if let id = Self.generatedID(name) { return timer(id: id) }
+            return idByName[name].flatMap { timer(id: $0) }
         }
     }
 
@@ -96,19 +182,19 @@ public final class TimerRegistry: @unchecked Sendable {
     /// The number of live (scheduled or suspended) timers.
     public var count: Int {
         endOrphans()
-        return mutex.withLock { byID.count }
+        return withCurrent { liveCount }
     }
 
     /// The names of all live timers, sorted.
     public var names: [String] {
         endOrphans()
-        return mutex.withLock { byID.values.map(\.name) }.sorted()
+        return withCurrent { liveTimers }.map(\.name).sorted()
     }
 
     /// A snapshot of every live timer, sorted by name.
     public func snapshot() -> [TimerSnapshot] {
         endOrphans()
-        return mutex.withLock { Array(byID.values) }.map(\.snapshot).sorted { $0.name < $1.name }
+        return withCurrent { liveTimers }.map(\.snapshot).sorted { $0.name < $1.name }
     }
 
     /// A snapshot of the timer registered as `name`.
@@ -133,17 +219,17 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Cancels every timer in this registry, on every backend.
     public func cancelAll() {
-        for timer in mutex.withLock({ Array(byID.values) }) { timer.cancel() }
+        for timer in withCurrent({ liveTimers }) { timer.cancel() }
     }
 
     /// Suspends every live timer. Timers that end meanwhile are skipped.
     public func suspendAll() {
-        for timer in mutex.withLock({ Array(byID.values) }) { try? timer.suspend() }
+        for timer in withCurrent({ liveTimers }) { try? timer.suspend() }
     }
 
     /// Resumes every suspended timer. Timers that end meanwhile are skipped.
     public func resumeAll() {
-        for timer in mutex.withLock({ Array(byID.values) }) { try? timer.resume() }
+        for timer in withCurrent({ liveTimers }) { try? timer.resume() }
     }
 
     /// Adds hooks that run around every handler call of every timer in this registry.

@@ -58,8 +58,10 @@ struct BenchReport: Encodable {
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if !throughput.isEmpty {
             out += "\nthroughput: schedule then cancel in random order, deadlines 1–60 s\n"
+            out += "(ns per operation: median of 1,000-operation batches, mean in brackets)\n"
             out += aligned([["backend", "timers", "schedule ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]] + throughput.map { r in
-                [r.backend, "\(r.timers)", format(r.schedule_ns), format(r.cancel_ns), format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
+                [r.backend, "\(r.timers)", "\(format(r.schedule_ns)) [\(format(r.schedule_ns_mean))]",
+                 "\(format(r.cancel_ns)) [\(format(r.cancel_ns_mean))]", format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
             })
         }
         return out

@@ -198,4 +198,47 @@ struct SchedulingTests {
         #expect(zip(result, result.dropFirst()).allSatisfy { $0.1 <= $1.1 })
         #expect(registry.count == 0)
     }
+
+    @Test func lazyCancelCompactsAndRevivesSuspendedEntriesCorrectly() throws {
+        let clock = self.clock
+        var rng = SystemRandomNumberGenerator()
+        let fired = Locked<[(UInt64, MonotonicInstant)]>([])
+        var timers: [TimerHandle] = []
+        for _ in 0..<6000 {
+            timers.append(try clock.schedule(.after(ms(Int.random(in: 1...5000, using: &rng)))) { tick in
+                fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
+            })
+        }
+        timers.shuffle(using: &rng)
+        let cancelled = timers[0..<3500]        // enough dead entries to force compactions
+        let suspended = timers[3500..<4500]
+        let resumed = suspended.prefix(500)
+        for timer in cancelled { timer.cancel() }
+        for timer in suspended { try timer.suspend() }
+        #expect(clock.scheduler.pendingCount == 1500)
+        for timer in resumed { try timer.resume() }
+        #expect(clock.scheduler.pendingCount == 2000)
+        clock.advance(by: .seconds(6))
+        let result = fired.current
+        let expected = Set(timers[4500...].map(\.id)).union(resumed.map(\.id))
+        #expect(result.count == 2000)
+        #expect(Set(result.map(\.0)) == expected)
+        #expect(zip(result, result.dropFirst()).allSatisfy { $0.1 <= $1.1 })
+        #expect(registry.count == 500, "the still-suspended timers stay registered")
+        #expect(suspended.dropFirst(500).allSatisfy { $0.currentState == .suspended })
+    }
+
+    @Test func rescheduleWhileSuspendedTakesEffectOnResume() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        let timer = try clock.schedule(.after(ms(10)), handler: log.record)
+        try timer.suspend()
+        try timer.reschedule(.after(ms(50)))
+        clock.advance(by: ms(20))
+        #expect(log.count == 0)
+        try timer.resume()
+        clock.advance(by: ms(40))
+        #expect(log.all.map { $0.scheduled - start } == [ms(50)])
+    }
 }

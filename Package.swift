@@ -7,6 +7,7 @@ let package = Package(
     name: "TimerKit",
     products: [
         .library(name: "TimerKit", targets: ["TimerKit"]),
+        .library(name: "TimerKitEpoll", targets: ["TimerKitEpoll"]),
         .executable(name: "timerkit-bench", targets: ["timerkit-bench"]),
     ],
     dependencies: [
@@ -16,10 +17,12 @@ let package = Package(
     targets: [
         .target(name: "TimerKit", swiftSettings: strict),
         .target(name: "CTimerShims", path: "CShims/CTimerShims"),
+        .target(name: "TimerKitEpoll", dependencies: ["TimerKit", "CTimerShims"], swiftSettings: strict),
         .executableTarget(
             name: "timerkit-bench",
             dependencies: [
                 "TimerKit",
+                "TimerKitEpoll",
                 "CTimerShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
@@ -27,6 +30,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "TimerKitTests", dependencies: ["TimerKit"], swiftSettings: strict),
-        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit"], swiftSettings: strict),
+        .testTarget(name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims"], swiftSettings: strict),
+        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit", "TimerKitEpoll"], swiftSettings: strict),
     ]
 )

@@ -22,6 +22,8 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     case backendShutDown(backend: String)
     /// A frame rate was zero, negative, NaN or above the supported maximum.
     case invalidFrameRate(Double)
+    /// An option was outside its allowed range.
+    case invalidOption(name: String, value: String, allowed: String)
     /// An operating-system call failed.
     case systemCall(call: String, errno: Int32)
     /// A backend's native library reported a failure.
@@ -40,6 +42,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .timerEnded(name, state): "timer '\(name)' is \(state); it cannot be changed"
         case let .backendShutDown(backend): "the \(backend) backend has been shut down"
         case let .invalidFrameRate(rate): "frame rate must be in 1...1000 Hz (got \(rate))"
+        case let .invalidOption(name, value, allowed): "\(name) must be in \(allowed) (got \(value))"
         case let .systemCall(call, errno): "\(call) failed: errno \(errno) (\(String(cString: strerror(errno))))"
         case let .nativeFailure(backend, call): "\(backend): \(call) failed"
         }

@@ -106,6 +106,12 @@ public final class TimerScheduler: @unchecked Sendable {
     /// Live timers waiting in the heap (not suspended ones).
     public var pendingCount: Int { mutex.withLock { heap.count - deadInHeap } }
 
+    /// The earliest deadline in the heap (including the tolerance), or nil: what a driver
+    /// asked to re-arm from its own loop should arm for.
+    public var earliestDeadline: MonotonicInstant? {
+        mutex.withLock { heap.topKey.map { MonotonicInstant(nanoseconds: $0) } }
+    }
+
     /// Whether `shutdown()` has run.
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
 

@@ -1,10 +1,12 @@
 import Dispatch
 import TimerKit
+import TimerKitEpoll
 
 /// Every backend the conformance suite runs against. A new backend joins by adding a case.
 enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case manual
     case dispatch
+    case epoll
 
     var testDescription: String { rawValue }
 
@@ -16,6 +18,8 @@ enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return Harness(backend: clock, manual: clock)
         case .dispatch:
             return Harness(backend: DispatchBackend(registry: registry))
+        case .epoll:
+            return Harness(backend: try EpollBackend(registry: registry))
         }
     }
 }

@@ -62,7 +62,7 @@ struct TimerKitBench: ParsableCommand {
 
     func run() throws {
         if listBackends {
-            for backend in allBackends { print("\(backend.name) \(backend.realTime ? "real-time" : "virtual")") }
+            for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             return
         }
         let seconds = quick ? 0.3 : self.seconds
@@ -78,7 +78,10 @@ struct TimerKitBench: ParsableCommand {
                     results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds).map(BenchResult.latency)
                 }
             case .throughput:
-                results += try runThroughput(backends: selected, timers: timers).map(BenchResult.throughput)
+                let measurable = selected.filter { $0.make != nil }
+                if !measurable.isEmpty {
+                    results += try runThroughput(backends: measurable, timers: timers).map(BenchResult.throughput)
+                }
             }
         }
         let report = BenchReport(machine: .current(), results: results)

@@ -1,15 +1,36 @@
 import TimerKit
+import TimerKitEpoll
 
-/// A backend the bench can run: how to make one, and which scenarios it makes sense in.
+/// A subject the bench can measure: a TimerKit backend, or a baseline with no TimerKit code.
 struct BenchBackend: Sendable {
     let name: String
-    /// Virtual-time backends have no real latency: they appear in `throughput` only.
+    /// Makes a backend; nil for baselines, which run their own latency loop instead.
+    let make: (@Sendable (TimerRegistry) throws -> any TimerBackend)?
+    /// A baseline's own latency loop: (interval, seconds, recorder).
+    let baselineLatency: (@Sendable (Duration, Double, LatencyRecorder) throws -> Void)?
+    /// Virtual-time backends have no real latency.
     let realTime: Bool
-    let make: @Sendable (TimerRegistry) throws -> any TimerBackend
+
+    var scenarios: [Scenario] {
+        var list: [Scenario] = []
+        if realTime { list.append(.latency) }
+        if make != nil { list.append(.throughput) }
+        return list
+    }
+
+    static func backend(_ name: String, realTime: Bool = true, _ make: @escaping @Sendable (TimerRegistry) throws -> any TimerBackend) -> BenchBackend {
+        BenchBackend(name: name, make: make, baselineLatency: nil, realTime: realTime)
+    }
+
+    static func baseline(_ name: String, _ latency: @escaping @Sendable (Duration, Double, LatencyRecorder) throws -> Void) -> BenchBackend {
+        BenchBackend(name: name, make: nil, baselineLatency: latency, realTime: true)
+    }
 }
 
-/// Every backend, in report order. A new backend joins the comparison by adding itself here.
+/// Everything the bench compares, in report order. A new backend joins by adding itself here.
 let allBackends: [BenchBackend] = [
-    BenchBackend(name: "dispatch", realTime: true) { DispatchBackend(registry: $0) },
-    BenchBackend(name: "manual", realTime: false) { ManualBackend(registry: $0) },
+    .baseline("floor", runTimerfdFloor),
+    .backend("epoll") { try EpollBackend(registry: $0) },
+    .backend("dispatch") { DispatchBackend(registry: $0) },
+    .backend("manual", realTime: false) { ManualBackend(registry: $0) },
 ]

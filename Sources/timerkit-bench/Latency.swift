@@ -17,11 +17,14 @@ final class LatencyRecorder: Sendable {
     let state = Locked((histogram: makeHistogram(), fires: 0, missed: 0))
 
     func record(_ tick: Tick) {
-        let late = tick.actual.nanoseconds &- tick.scheduled.nanoseconds
+        record(scheduled: tick.scheduled.nanoseconds, actual: tick.actual.nanoseconds, missed: tick.missed)
+    }
+
+    func record(scheduled: UInt64, actual: UInt64, missed: Int) {
         state.withLock {
-            _ = $0.histogram.record(tick.actual >= tick.scheduled ? late : 0)
+            _ = $0.histogram.record(actual >= scheduled ? actual - scheduled : 0)
             $0.fires += 1
-            $0.missed += tick.missed
+            $0.missed += missed
         }
     }
 }
@@ -36,17 +39,20 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double) t
     for round in 0..<rounds {
         for backend in backends {
             progress("latency: round \(round + 1)/\(rounds) \(backend.name)")
-            let registry = TimerRegistry()
-            let instance = try backend.make(registry)
-            let recorder = recorders[backend.name]!
-            try instance.schedule(.every(interval), name: "latency-probe", handler: recorder.record)
-            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
-            instance.shutdown()
+            guard let recorder = recorders[backend.name] else { continue }
+            if let baseline = backend.baselineLatency {
+                try baseline(interval, slice, recorder)
+            } else if let make = backend.make {
+                let instance = try make(TimerRegistry())
+                try instance.schedule(.every(interval), name: "latency-probe", handler: recorder.record)
+                _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
+                instance.shutdown()
+            }
         }
     }
     progressDone()
-    return backends.map { backend in
-        let state = recorders[backend.name]!.state.current
+    return backends.compactMap { backend in
+        guard let state = recorders[backend.name]?.state.current else { return nil }
         return LatencyResult(backend: backend.name, interval_us: interval.microseconds, fires: state.fires,
                              missed: state.missed, lateness_us: Percentiles(state.histogram))
     }

@@ -47,12 +47,16 @@ struct BenchReport: Encodable {
         var out = "TimerKit bench on \(machine.cpu), \(machine.cores) cores, Linux \(machine.kernel)\n"
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         if !latency.isEmpty {
-            let best = latency.map(\.lateness_us.p50).filter { $0 > 0 }.min() ?? 1
+            // Read every figure against the floor when it ran, else against the best backend.
+            let reference = latency.first { $0.backend == "floor" } ?? latency.min { $0.lateness_us.p50 < $1.lateness_us.p50 }
+            let refName = reference?.backend ?? "best"
+            let refP50 = reference?.lateness_us.p50 ?? 0
             out += "\nlatency: lateness of a repeating \(format(latency[0].interval_us)) µs timer (µs; p50 first, compare inside one run)\n"
-            out += aligned([["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 vs best"]] + latency.map { r in
+            out += aligned([["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)", "p50 / \(refName)"]] + latency.map { r in
                 [r.backend, format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99),
                  format(r.lateness_us.p999), format(r.lateness_us.max), "\(r.fires)", "\(r.missed)",
-                 String(format: "%.2fx", r.lateness_us.p50 / best)]
+                 String(format: "%+.1f", r.lateness_us.p50 - refP50),
+                 refP50 > 0 ? String(format: "%.2fx", r.lateness_us.p50 / refP50) : "-"]
             })
         }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }

@@ -38,7 +38,7 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
 
     deinit { shutdown() }
 
-    public func wake(at deadline: MonotonicInstant) {
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
         // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux.
         let when: DispatchTime = deadline == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: max(deadline.nanoseconds, 1))
         source.schedule(deadline: when, repeating: .never, leeway: .nanoseconds(0))

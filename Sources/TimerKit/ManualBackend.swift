@@ -19,6 +19,7 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     private let clock: VirtualClock
     private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?
+    private var wakeFailure: TimerError?
 
     /// Creates a manual clock starting at `start`, registering timers in `registry`.
     public init(start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
@@ -35,8 +36,18 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// lets tests check that the core re-arms only when the earliest deadline changes.
     public var requestedWakeUp: MonotonicInstant { mutex.withLock { wakeRequest } }
 
-    public func wake(at deadline: MonotonicInstant) {
-        mutex.withLock { wakeRequest = deadline }
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try mutex.withLock { () throws(TimerError) in
+            if let failure = wakeFailure { throw failure }
+            wakeRequest = deadline
+        }
+    }
+
+    /// Makes every `wake(at:)` fail with this error, to test how the core handles a
+    /// backend whose native mechanism refuses. Nil (the default) restores normal behaviour.
+    package var injectedWakeFailure: TimerError? {
+        get { mutex.withLock { wakeFailure } }
+        set { mutex.withLock { wakeFailure = newValue } }
     }
 
     /// Moves virtual time forward by `duration`, firing everything that comes due.

@@ -47,8 +47,9 @@ public protocol TimerDriver: AnyObject, Sendable {
     /// possible when it is past); `.distantFuture` disarms. Replaces any earlier request.
     ///
     /// Called from any thread while the scheduler's lock is held: it must be quick and must
-    /// not call back into the scheduler.
-    func wake(at deadline: MonotonicInstant)
+    /// not call back into the scheduler. Throws when the native mechanism refuses (e.g.
+    /// libevent's `event_add` returning -1); the scheduler undoes the change that needed it.
+    func wake(at deadline: MonotonicInstant) throws(TimerError)
 }
 
 /// The core of every backend: an indexed heap of deadlines, the timer state machine,
@@ -80,6 +81,7 @@ public final class TimerScheduler: @unchecked Sendable {
     /// which makes cancel amortized O(1) and keeps the heap within twice the live timers.
     @exclusivity(unchecked) private var deadInHeap = 0
     @exclusivity(unchecked) private var isShutDown = false
+    @exclusivity(unchecked) private var driverFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
     private let shutDownFlag = Atomic<Bool>(false)
     @exclusivity(unchecked) private var running: TimerHandle?
@@ -112,6 +114,10 @@ public final class TimerScheduler: @unchecked Sendable {
         mutex.withLock { heap.topKey.map { MonotonicInstant(nanoseconds: $0) } }
     }
 
+    /// The last failure of the driver to re-arm from inside the loop, where no caller could
+    /// be told (the timer it concerned was cancelled). Nil when the driver never failed.
+    public var lastDriverFailure: TimerError? { mutex.withLock { driverFailure } }
+
     /// Whether `shutdown()` has run.
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
 
@@ -133,23 +139,20 @@ public final class TimerScheduler: @unchecked Sendable {
             TimerHandle(id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
                         extras: extras, handler: handler)
         }
+        var armFailure: TimerError?
         let inserted: Bool = mutex.withLock {
             guard !isShutDown else { return false }
             // A registry-wide cancel may have ended the timer between the two locks.
-            if timer.state == .scheduled { insertLocked(timer) }
+            if timer.state == .scheduled {
+                do throws(TimerError) { try queueLocked(timer) } catch { armFailure = error }
+            }
             return true
         }
-        if !inserted {
-            registry.remove(timer)
-            throw .backendShutDown(backend: backendName)
+        if !inserted || armFailure != nil {
+            timer.cancel()   // also takes it out of the registry
+            throw armFailure ?? .backendShutDown(backend: backendName)
         }
         return timer
-    }
-
-    private func insertLocked(_ timer: TimerHandle) {
-        let key = heapKey(timer)
-        heap.insert(timer, key: key)
-        armIfEarliestLocked(timer, key: key)
     }
 
     @inline(__always)
@@ -157,20 +160,20 @@ public final class TimerScheduler: @unchecked Sendable {
         timer.deadline.saturatingAdd(timer.extras?.tolerance ?? 0)
     }
 
-    private func armIfEarliestLocked(_ timer: TimerHandle, key: UInt64) {
-        if key < armedKey, timer.heapIndex == 0 {
-            armedKey = key
-            driver?.wake(at: MonotonicInstant(nanoseconds: key))
-        }
-    }
-
-    /// Puts a timer that is scheduled again (resumed or rescheduled) back in order: its dead
-    /// entry is revived in place if it still has one, else it is inserted.
-    private func requeueLocked(_ timer: TimerHandle) {
-        guard timer.heapIndex >= 0 else { return insertLocked(timer) }
+    /// Puts a scheduled timer in deadline order (inserting it, or reviving the dead entry it
+    /// still has) and arms the driver if it is now the earliest. If the driver refuses, the
+    /// timer is taken out of the heap again and the error is rethrown.
+    private func queueLocked(_ timer: TimerHandle) throws(TimerError) {
         let key = heapKey(timer)
-        heap.update(timer, key: key)
-        armIfEarliestLocked(timer, key: key)
+        if timer.heapIndex >= 0 { heap.update(timer, key: key) } else { heap.insert(timer, key: key) }
+        guard key < armedKey, timer.heapIndex == 0, let driver else { return }
+        do throws(TimerError) {
+            try driver.wake(at: MonotonicInstant(nanoseconds: key))
+            armedKey = key
+        } catch {
+            heap.remove(timer)
+            throw error
+        }
     }
 
     /// Called when `timer` stops being scheduled. Its heap entry stays (touching the heap
@@ -191,7 +194,7 @@ public final class TimerScheduler: @unchecked Sendable {
         // cancelled in deadline order (timeouts). Only an empty heap disarms at once.
         if heap.isEmpty, armedKey != .max {
             armedKey = .max
-            driver?.wake(at: .distantFuture)
+            try? driver?.wake(at: .distantFuture)   // if disarming fails, the loop wakes once for nothing
         }
         return dropped
     }
@@ -251,7 +254,10 @@ public final class TimerScheduler: @unchecked Sendable {
             if timer.heapIndex >= 0 { deadInHeap -= 1 }
             guard running !== timer else { return }
             applyMissedTickPolicy(timer, now: clock.now().nanoseconds)
-            requeueLocked(timer)
+            do throws(TimerError) { try queueLocked(timer) } catch {
+                timer.state = .suspended   // left as it was, so the caller may retry
+                throw error
+            }
         }
     }
 
@@ -266,7 +272,10 @@ public final class TimerScheduler: @unchecked Sendable {
             timer.pendingMissed = 0
             if timer.state == .scheduled {
                 // Inside its own handler too: the fire loop then sees it queued and leaves it be.
-                requeueLocked(timer)
+                do throws(TimerError) { try queueLocked(timer) } catch {
+                    timer.state = .suspended   // keeps the new schedule; resume() retries the arm
+                    throw error
+                }
             } else if timer.heapIndex >= 0 {
                 // A suspended timer's dead entry: its place is found again on resume.
                 heap.remove(timer)
@@ -357,7 +366,12 @@ public final class TimerScheduler: @unchecked Sendable {
                     finished = true
                 } else if !isShutDown {
                     applyMissedTickPolicy(timer, now: clock.now().nanoseconds)
-                    insertLocked(timer)
+                    do throws(TimerError) { try queueLocked(timer) } catch {
+                        // Nobody to throw to inside the loop: end the timer, keep the reason.
+                        driverFailure = error
+                        timer.state = .cancelled
+                        finished = true
+                    }
                 }
             }
             if finished {
@@ -373,8 +387,12 @@ public final class TimerScheduler: @unchecked Sendable {
         if !isShutDown {
             dropDeadTopsLocked(into: &dropped)
             if let topKey = heap.topKey, topKey != armedKey {
-                armedKey = topKey
-                driver.wake(at: MonotonicInstant(nanoseconds: topKey))
+                do throws(TimerError) {
+                    try driver.wake(at: MonotonicInstant(nanoseconds: topKey))
+                    armedKey = topKey
+                } catch {
+                    driverFailure = error   // armedKey stays unset: the next schedule retries
+                }
             }
         }
         mutex.unlock()

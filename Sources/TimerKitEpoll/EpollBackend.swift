@@ -123,7 +123,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
 
     // MARK: TimerDriver
 
-    public func wake(at deadline: MonotonicInstant) {
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
         if control.loopThread.load(ordering: .acquiring) == UInt(pthread_self()) {
             Self.arm(timerFD, deadline)
         } else if !control.wakePending.exchange(true, ordering: .acquiringAndReleasing) {

@@ -133,4 +133,34 @@ struct StateMachineTests {
         }
         #expect(weakTimer == nil)
     }
+
+    @Test func aDriverThatRefusesToArmIsATypedErrorAndLeavesNothingBehind() throws {
+        let clock = ManualBackend(registry: registry)
+        let refusal = TimerError.nativeFailure(backend: "manual", call: "event_add")
+        clock.injectedWakeFailure = refusal
+        #expect(throws: refusal) { try clock.schedule(.after(ms(10))) { _ in } }
+        #expect(registry.count == 0)
+        #expect(clock.scheduler.pendingCount == 0)
+        clock.injectedWakeFailure = nil
+        let log = TickLog()
+        let timer = try clock.schedule(.every(ms(10)), handler: log.record)
+        try timer.suspend()
+        clock.injectedWakeFailure = refusal
+        #expect(throws: refusal) { try timer.resume() }
+        #expect(timer.currentState == .suspended, "a failed resume can be retried")
+        clock.injectedWakeFailure = nil
+        try timer.resume()
+        clock.advance(by: ms(10))
+        #expect(log.count >= 1)
+    }
+
+    @Test func aRefusedReArmInsideTheLoopEndsTheTimerAndIsRecorded() throws {
+        let clock = ManualBackend(registry: registry)
+        let refusal = TimerError.nativeFailure(backend: "manual", call: "event_add")
+        let timer = try clock.schedule(.every(ms(10))) { _ in clock.injectedWakeFailure = refusal }
+        clock.advance(by: ms(10))
+        #expect(timer.currentState == .cancelled)
+        #expect(clock.scheduler.lastDriverFailure == refusal)
+        #expect(registry.count == 0)
+    }
 }

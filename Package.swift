@@ -8,6 +8,7 @@ let package = Package(
     products: [
         .library(name: "TimerKit", targets: ["TimerKit"]),
         .library(name: "TimerKitEpoll", targets: ["TimerKitEpoll"]),
+        .library(name: "TimerKitLibevent", targets: ["TimerKitLibevent"]),
         .executable(name: "timerkit-bench", targets: ["timerkit-bench"]),
     ],
     dependencies: [
@@ -18,11 +19,20 @@ let package = Package(
         .target(name: "TimerKit", swiftSettings: strict),
         .target(name: "CTimerShims", path: "CShims/CTimerShims"),
         .target(name: "TimerKitEpoll", dependencies: ["TimerKit", "CTimerShims"], swiftSettings: strict),
+        .systemLibrary(
+            name: "CLibevent",
+            path: "CShims/CLibevent",
+            pkgConfig: "libevent",
+            providers: [.apt(["libevent-dev"])]
+        ),
+        .target(name: "TimerKitLibevent", dependencies: ["TimerKit", "CLibevent"], swiftSettings: strict),
         .executableTarget(
             name: "timerkit-bench",
             dependencies: [
                 "TimerKit",
                 "TimerKitEpoll",
+                "TimerKitLibevent",
+                "CLibevent",
                 "CTimerShims",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
@@ -31,6 +41,7 @@ let package = Package(
         ),
         .testTarget(name: "TimerKitTests", dependencies: ["TimerKit"], swiftSettings: strict),
         .testTarget(name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims"], swiftSettings: strict),
-        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit", "TimerKitEpoll"], swiftSettings: strict),
+        .testTarget(name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent"], swiftSettings: strict),
+        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent"], swiftSettings: strict),
     ]
 )

@@ -89,7 +89,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
 
         let scheduler = TimerScheduler(backendName: "epoll", registry: registry)
         self.scheduler = scheduler
-        let started = LoopStart()
+        let started = StartSignal<(ObtainedPriority, Int32, TimerError?)>()
         let (epollFD, timerFD, eventFD, control) = (self.epollFD, self.timerFD, self.eventFD, self.control)
         do throws(TimerError) {
             thread = try LoopThread {
@@ -99,7 +99,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
                 if let slack = options.timerSlack {
                     do throws(TimerError) { try applyTimerSlack(slack) } catch { slackError = error }
                 }
-                started.report(applyPriority(options.priority), ctk_gettid(), slackError)
+                started.send((applyPriority(options.priority), ctk_gettid(), slackError))
                 Self.runLoop(epollFD: epollFD, timerFD: timerFD, eventFD: eventFD, control: control, scheduler: scheduler)
                 close(eventFD)
                 close(timerFD)
@@ -109,7 +109,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
             closeOpened()
             throw error
         }
-        let (priority, threadID, slackError) = started.wait()
+        let (priority, threadID, slackError) = started.receive() ?? (ObtainedPriority(priority: .normal, fallbackReason: nil), 0, nil)
         obtainedPriority = priority
         loopThreadID = threadID
         scheduler.attach(self)
@@ -189,32 +189,5 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
     private static func signal(_ eventFD: Int32) {
         var one: UInt64 = 1
         _ = write(eventFD, &one, 8)   // EAGAIN only if the counter is saturated: already signalled
-    }
-}
-
-/// Hands the loop thread's start-up results (priority, slack) back to `init`.
-private final class LoopStart: @unchecked Sendable {
-    // @unchecked: the fields are written once before `semaphore` is signalled and read after.
-    private let semaphore = UnsafeMutablePointer<sem_t>.allocate(capacity: 1)
-    private var priority = ObtainedPriority(priority: .normal, fallbackReason: nil)
-    private var slackError: TimerError?
-    private var threadID: Int32 = 0
-
-    init() { sem_init(semaphore, 0, 0) }
-    deinit {
-        sem_destroy(semaphore)
-        semaphore.deallocate()
-    }
-
-    func report(_ priority: ObtainedPriority, _ threadID: Int32, _ slackError: TimerError?) {
-        self.priority = priority
-        self.threadID = threadID
-        self.slackError = slackError
-        sem_post(semaphore)
-    }
-
-    func wait() -> (ObtainedPriority, Int32, TimerError?) {
-        while sem_wait(semaphore) != 0 {}
-        return (priority, threadID, slackError)
     }
 }

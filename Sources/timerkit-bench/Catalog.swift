@@ -1,5 +1,6 @@
 import TimerKit
 import TimerKitEpoll
+import TimerKitLibevent
 
 /// A subject the bench can measure: a TimerKit backend, or a baseline with no TimerKit code.
 struct BenchBackend: Sendable {
@@ -31,6 +32,7 @@ struct BenchBackend: Sendable {
 let allBackends: [BenchBackend] = [
     .baseline("floor", runTimerfdFloor),
     .backend("epoll") { try EpollBackend(registry: $0) },
+    .backend("libevent") { try LibeventBackend(registry: $0) },
     .backend("dispatch") { DispatchBackend(registry: $0) },
     .backend("manual", realTime: false) { ManualBackend(registry: $0) },
 ]

@@ -1,12 +1,16 @@
 import Dispatch
-import TimerKit
+@testable import TimerKit
 import TimerKitEpoll
+import TimerKitLibevent
+import CLibevent
 
 /// Every backend the conformance suite runs against. A new backend joins by adding a case.
 enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case manual
     case dispatch
     case epoll
+    case libevent
+    case libeventAttached
 
     var testDescription: String { rawValue }
 
@@ -20,6 +24,11 @@ enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return Harness(backend: DispatchBackend(registry: registry))
         case .epoll:
             return Harness(backend: try EpollBackend(registry: registry))
+        case .libevent:
+            return Harness(backend: try LibeventBackend(registry: registry))
+        case .libeventAttached:
+            let loop = try CallerLibeventLoop()
+            return Harness(backend: try LibeventBackend(attachedTo: loop.base, registry: registry)) { loop.stop() }
         }
     }
 }
@@ -93,3 +102,37 @@ final class TickLog: Sendable {
 }
 
 func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+/// A libevent loop run by "the caller" (this test), as a C program would run its own.
+final class CallerLibeventLoop: @unchecked Sendable {
+    // @unchecked: `base` is made before the thread starts and freed after it is joined.
+    let base: OpaquePointer
+    private let thread: LoopThread
+    private let stopEvent: OpaquePointer
+
+    init() throws {
+        evthread_use_pthreads()   // before the base, as LibeventBackend's docs require
+        let config = event_config_new()
+        event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue))
+        guard let base = event_base_new_with_config(config) else { throw TimerError.nativeFailure(backend: "test", call: "event_base_new") }
+        event_config_free(config)
+        self.base = base
+        // A loopbreak sent before the loop starts is lost; an activated event is not.
+        guard let stopEvent = event_new(base, -1, 0, { _, _, argument in
+            if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
+        }, UnsafeMutableRawPointer(base)) else { throw TimerError.nativeFailure(backend: "test", call: "event_new") }
+        self.stopEvent = stopEvent
+        let address = UInt(bitPattern: base)
+        thread = try LoopThread {
+            guard let base = OpaquePointer(bitPattern: address) else { return }
+            event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
+        }
+    }
+
+    func stop() {
+        event_active(stopEvent, 0, 0)
+        thread.join()
+        event_free(stopEvent)
+        event_base_free(base)   // runs the finalizer of the backend's event
+    }
+}

@@ -134,6 +134,11 @@ public final class TimerRegistry: @unchecked Sendable {
         return released
     }
 
+    /// Clears the slots of every ended timer now instead of at the next batch.
+    func applyPendingRemovals() {
+        withCurrent {}
+    }
+
     /// Runs `body` under the lock after applying pending removals.
     private func withCurrent<R>(_ body: () -> R) -> R {
         var flushed: [TimerHandle] = []

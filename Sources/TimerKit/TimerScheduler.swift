@@ -430,5 +430,8 @@ public final class TimerScheduler: @unchecked Sendable {
         for timer in queued { timer.cancel() }
         // Suspended timers are not in the heap; the registry knows them.
         for timer in registry.timers(of: self) { timer.cancel() }
+        // Ended timers waiting in the registry's removal batch hold this scheduler, which
+        // holds the registry: let them go now, or a dropped registry would never be freed.
+        registry.applyPendingRemovals()
     }
 }

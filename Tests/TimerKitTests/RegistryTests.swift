@@ -124,4 +124,17 @@ struct RegistryTests {
         }
         #expect(registry.count == 1000)
     }
+
+    @Test func aDroppedRegistryIsFreedOnceItsBackendsAreGone() throws {
+        weak var weakRegistry: TimerRegistry?
+        do {
+            let registry = TimerRegistry()
+            weakRegistry = registry
+            let clock = ManualBackend(registry: registry)
+            let timers = try (0..<10).map { _ in try clock.schedule(.every(ms(10))) { _ in } }
+            for timer in timers.prefix(5) { timer.cancel() }   // ended, waiting in the removal batch
+            clock.advance(by: ms(25))
+        }
+        #expect(weakRegistry == nil, "ended timers must not keep their registry alive")
+    }
 }

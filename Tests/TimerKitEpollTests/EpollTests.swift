@@ -33,14 +33,17 @@ struct EpollTests {
     @Test func creatingAndShuttingDownAThousandBackendsLeaksNoDescriptor() async {
         // In a child process: other tests open descriptors concurrently in this one.
         await #expect(processExitsWith: .success) {
+            // One round first, so process-wide descriptors made lazily exist before counting.
+            try EpollBackend(registry: TimerRegistry()).shutdown()
             let before = timerDescriptorCount()
             for _ in 0..<1000 {
                 let backend = try EpollBackend(registry: TimerRegistry())
                 try backend.schedule(.after(.seconds(60))) { _ in }
-                if timerDescriptorCount() != before + 3 { exit(2) }
                 backend.shutdown()
             }
-            exit(timerDescriptorCount() == before ? 0 : 1)
+            // A leak would add at least 1,000. The slack of 2 absorbs libdispatch opening its
+            // own epoll/eventfd pair lazily while the test machinery runs in this process.
+            exit(timerDescriptorCount() - before <= 2 ? 0 : 1)
         }
     }
 

@@ -30,13 +30,17 @@ struct LibeventTests {
 
     @Test func creatingAndShuttingDownAThousandBackendsLeaksNoDescriptor() async {
         await #expect(processExitsWith: .success) {
+            // One round first, so process-wide descriptors made lazily exist before counting.
+            try LibeventBackend(registry: TimerRegistry()).shutdown()
             let before = eventDescriptorCount()
             for _ in 0..<1000 {
                 let backend = try LibeventBackend(registry: TimerRegistry())
                 try backend.schedule(.after(.seconds(60))) { _ in }
                 backend.shutdown()
             }
-            exit(eventDescriptorCount() == before ? 0 : 1)
+            // A leak would add at least 1,000. The slack of 2 absorbs libdispatch opening its
+            // own epoll/eventfd pair lazily while the test machinery runs in this process.
+            exit(eventDescriptorCount() - before <= 2 ? 0 : 1)
         }
     }
 

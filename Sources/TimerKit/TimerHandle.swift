@@ -39,8 +39,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @exclusivity(unchecked) var policy: MissedTickPolicy
     @exclusivity(unchecked) var heapIndex: Int32 = -1
     @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
-    /// The next due grid point; advanced by one interval when a tick fires, then moved by
-    /// the missed-tick policy once the handler returns.
+    /// The next due grid point: advanced one interval as a tick fires; moved by the
+    /// missed-tick policy when a tick fires more than an interval late.
     @exclusivity(unchecked) var deadline: UInt64
     let customName: String?
     /// Repeat interval in ns; 0 for one-shots.
@@ -48,7 +48,6 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// Handler calls left; -1 for unlimited.
     @exclusivity(unchecked) var remaining: Int
     @exclusivity(unchecked) var fires: Int = 0
-    @exclusivity(unchecked) var pendingMissed: Int = 0
     @exclusivity(unchecked) var extras: TimerExtras?
 
     init(id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,

@@ -253,7 +253,6 @@ public final class TimerScheduler: @unchecked Sendable {
             // A handler that suspends and resumes its own timer is re-queued when it returns.
             if timer.heapIndex >= 0 { deadInHeap -= 1 }
             guard running !== timer else { return }
-            applyMissedTickPolicy(timer, now: clock.now().nanoseconds)
             do throws(TimerError) { try queueLocked(timer) } catch {
                 timer.state = .suspended   // left as it was, so the caller may retry
                 throw error
@@ -269,7 +268,6 @@ public final class TimerScheduler: @unchecked Sendable {
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
             timer.remaining = resolved.remaining
-            timer.pendingMissed = 0
             if timer.state == .scheduled {
                 // Inside its own handler too: the fire loop then sees it queued and leaves it be.
                 do throws(TimerError) { try queueLocked(timer) } catch {
@@ -293,22 +291,24 @@ public final class TimerScheduler: @unchecked Sendable {
         }
     }
 
-    /// Moves a repeating timer's `deadline` (a grid point that has already fired, or that
-    /// came due while suspended) forward according to its missed-tick policy.
-    private func applyMissedTickPolicy(_ timer: TimerHandle, now: UInt64) {
-        guard timer.interval > 0, timer.deadline < now else { return }
+    /// Applies a repeating timer's missed-tick policy as it fires at `now`, and returns how
+    /// many grid points it missed. Done at fire time, it treats every cause alike: a stalled
+    /// loop, a handler that overran, a timer resumed after a pause.
+    private func catchUp(_ timer: TimerHandle, now: UInt64) -> Int {
+        guard timer.interval > 0, timer.policy != .burst, now > timer.deadline else { return 0 }
         let behind = (now - timer.deadline) / timer.interval
+        guard behind > 0 else { return 0 }
         switch timer.policy {
+        case .skip:
+            // Fire the latest grid point that is due; the earlier ones are dropped.
+            timer.deadline = timer.deadline.saturatingAdd(behind.saturatingMultiply(timer.interval))
+        case .delay:
+            // Restart the grid from now.
+            timer.deadline = now
         case .burst:
             break
-        case .skip:
-            // Fire the latest grid point that is due; drop the earlier ones.
-            timer.deadline = timer.deadline.saturatingAdd(behind.saturatingMultiply(timer.interval))
-            timer.pendingMissed += Int(clamping: behind)
-        case .delay:
-            timer.deadline = now
-            timer.pendingMissed += Int(clamping: behind)
         }
+        return Int(clamping: behind)
     }
 
     // MARK: Firing
@@ -343,15 +343,14 @@ public final class TimerScheduler: @unchecked Sendable {
             let index = timer.fires
             timer.fires += 1
             if timer.remaining > 0 { timer.remaining -= 1 }
-            let missed = timer.pendingMissed
-            timer.pendingMissed = 0
+            let actual = clock.now()
+            let missed = catchUp(timer, now: actual.nanoseconds)
             let scheduled = timer.deadline
             timer.deadline = timer.interval > 0 ? timer.deadline.saturatingAdd(timer.interval) : timer.deadline
             running = timer
             runningThread = pthread_self()
             mutex.unlock()
 
-            let actual = clock.now()
             let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
                             missed: missed, timer: timer)
             run(handler, tick: tick, timerObservers: observers)
@@ -365,7 +364,6 @@ public final class TimerScheduler: @unchecked Sendable {
                     timer.state = .finished
                     finished = true
                 } else if !isShutDown {
-                    applyMissedTickPolicy(timer, now: clock.now().nanoseconds)
                     do throws(TimerError) { try queueLocked(timer) } catch {
                         // Nobody to throw to inside the loop: end the timer, keep the reason.
                         driverFailure = error

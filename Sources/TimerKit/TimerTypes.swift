@@ -42,7 +42,8 @@ public struct Tick: Sendable {
     public let scheduled: MonotonicInstant
     /// When the handler was started, on the same clock.
     public let actual: MonotonicInstant
-    /// Grid points skipped since the previous call (`.skip`/`.delay` policies), 0 when on time.
+    /// Grid points this call was too late for, dropped under `.skip` and `.delay`
+    /// (0 when on time, and always 0 under `.burst`, which delivers them).
     public let missed: Int
     /// The timer that fired: handlers use it to cancel or reschedule themselves.
     public let timer: TimerHandle

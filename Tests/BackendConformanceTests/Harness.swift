@@ -1,4 +1,6 @@
+import CoreFoundation
 import Dispatch
+import Foundation
 @testable import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
@@ -11,6 +13,8 @@ enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case epoll
     case libevent
     case libeventAttached
+    case runLoop
+    case runLoopAttached
 
     var testDescription: String { rawValue }
 
@@ -26,6 +30,11 @@ enum BackendKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return Harness(backend: try EpollBackend(registry: registry))
         case .libevent:
             return Harness(backend: try LibeventBackend(registry: registry))
+        case .runLoop:
+            return Harness(backend: try RunLoopBackend(registry: registry))
+        case .runLoopAttached:
+            let loop = try CallerRunLoop(registry: registry)
+            return Harness(backend: loop.backend) { loop.stop() }
         case .libeventAttached:
             let loop = try CallerLibeventLoop()
             return Harness(backend: try LibeventBackend(attachedTo: loop.base, registry: registry)) { loop.stop() }
@@ -134,5 +143,39 @@ final class CallerLibeventLoop: @unchecked Sendable {
         thread.join()
         event_free(stopEvent)
         event_base_free(base)   // runs the finalizer of the backend's event
+    }
+}
+
+/// A run loop run by "the caller" (this test) on a thread of its own, with a backend
+/// attached to it from that thread.
+final class CallerRunLoop: @unchecked Sendable {
+    // @unchecked: `backend` and `cfRunLoop` are set before init returns and then only read;
+    // CFRunLoopStop is thread-safe.
+    private(set) var backend: RunLoopBackend
+    private let cfRunLoop: CFRunLoop
+    private let thread: LoopThread
+    private let stopped = Locked(false)
+
+    private struct Refs: @unchecked Sendable {
+        let backend: RunLoopBackend
+        let cfRunLoop: CFRunLoop
+    }
+
+    init(registry: TimerRegistry) throws {
+        let started = StartSignal<Refs>()
+        let stopped = self.stopped
+        thread = try LoopThread {
+            started.send(Refs(backend: RunLoopBackend(attachedTo: .current, registry: registry), cfRunLoop: CFRunLoopGetCurrent()))
+            while !stopped.current { _ = RunLoop.current.run(mode: .default, before: Date(timeIntervalSinceNow: 0.05)) }
+        }
+        guard let refs = started.receive() else { throw TimerError.nativeFailure(backend: "test", call: "run loop thread") }
+        backend = refs.backend
+        cfRunLoop = refs.cfRunLoop
+    }
+
+    func stop() {
+        stopped.withLock { $0 = true }
+        CFRunLoopStop(cfRunLoop)
+        thread.join()
     }
 }

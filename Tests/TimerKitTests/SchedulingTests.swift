@@ -241,4 +241,29 @@ struct SchedulingTests {
         clock.advance(by: ms(40))
         #expect(log.all.map { $0.scheduled - start } == [ms(50)])
     }
+
+    @Test(arguments: [MissedTickPolicy.skip, .delay, .burst])
+    func aStalledLoopIsCaughtUpByThePolicy(_ policy: MissedTickPolicy) throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        try clock.schedule(.every(ms(10)), missedTicks: policy, handler: log.record)
+        // Nothing runs for 155 ms (a loop blocked, or in another run-loop mode), then it runs.
+        clock.advance(by: ms(155))
+        let ticks = log.all
+        switch policy {
+        case .skip:
+            #expect(ticks.count == 1, "one fire for the latest due grid point, not one per missed tick")
+            #expect(ticks.first?.scheduled == start + ms(150))
+            #expect(ticks.first?.missed == 14)
+        case .delay:
+            #expect(ticks.count == 1)
+            #expect(ticks.first?.missed == 14)
+            clock.advance(by: ms(10))
+            #expect(log.all.last?.scheduled == start + ms(165), "the grid restarts from the late fire")
+        case .burst:
+            #expect(ticks.count == 15)
+            #expect(ticks.allSatisfy { $0.missed == 0 })
+        }
+    }
 }

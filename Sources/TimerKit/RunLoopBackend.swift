@@ -1,0 +1,173 @@
+import CoreFoundation
+import Foundation
+import Synchronization
+
+/// A backend on a Foundation `RunLoop`, with run-loop modes that behave as on iOS.
+///
+/// Each mode the backend uses gets one core scheduler and ONE native `Timer` in that mode
+/// (re-armed by moving its fire date), however many timers are scheduled: Foundation's
+/// `invalidate()` is O(n) in a mode's timers, so a `Timer` per user timer does not scale.
+///
+/// A timer scheduled in `.default` waits while the loop runs in another mode (such as a
+/// custom "tracking" mode, as UIKit's scrolling does) and fires when the loop returns to
+/// `.default` (once, under the `.skip` policy). A timer in `.common` fires in every mode
+/// registered as common, which a custom mode joins through `addCommonMode(_:)`.
+///
+/// ```swift
+/// let backend = try RunLoopBackend()                       // its own thread
+/// try backend.schedule(.every(.seconds(1))) { _ in ... }   // .default mode
+/// try backend.mode(.common).schedule(.every(.seconds(1))) { _ in ... }
+/// ```
+public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
+    // @unchecked: `runLoop` and `cfRunLoop` are thread-safe CF objects (adding timers,
+    // setting fire dates, adding common modes and stopping all lock the loop internally);
+    // `views` and `isShutDown` are guarded by `mutex`.
+
+    /// Which run loop to attach to, from the thread that owns it.
+    public enum Attachment: Sendable {
+        /// The calling thread's run loop. Call `init(attachedTo:)` on that thread.
+        case current
+        /// The main thread's run loop.
+        case main
+    }
+
+    /// The `.default` mode's scheduler.
+    public let scheduler: TimerScheduler
+    /// Whether this backend runs its own thread (false: attached to the caller's loop).
+    public let isAttached: Bool
+    private let runLoop: RunLoop
+    private let cfRunLoop: CFRunLoop
+    private let registry: TimerRegistry
+    private let thread: LoopThread?
+    private let stopFlag = StopFlag()
+    private let mutex = PThreadMutex()
+    @exclusivity(unchecked) private var views: [RunLoop.Mode: ModeView] = [:]
+    @exclusivity(unchecked) private var isShutDown = false
+
+    /// Starts a thread running a run loop of its own, in `.default` mode.
+    /// - Throws: `TimerError.systemCall` if the thread cannot start.
+    public init(registry: TimerRegistry = .shared) throws(TimerError) {
+        let started = StartSignal<LoopRefs>()
+        let stopFlag = self.stopFlag
+        let thread = try LoopThread {
+            started.send(LoopRefs(runLoop: RunLoop.current, cfRunLoop: CFRunLoopGetCurrent()))
+            // The default mode's native timer keeps the loop from returning at once.
+            while !stopFlag.stopped.load(ordering: .acquiring) {
+                _ = RunLoop.current.run(mode: .default, before: .distantFuture)
+            }
+        }
+        guard let refs = started.receive() else { throw .systemCall(call: "pthread_create", errno: EAGAIN) }
+        self.thread = thread
+        self.runLoop = refs.runLoop
+        self.cfRunLoop = refs.cfRunLoop
+        self.registry = registry
+        self.isAttached = false
+        let view = ModeView(mode: .default, runLoop: refs.runLoop, registry: registry)
+        self.scheduler = view.scheduler
+        views[.default] = view
+    }
+
+    /// Attaches to a run loop the caller runs: handlers run on that loop's thread, timers
+    /// may be scheduled from any thread.
+    public init(attachedTo attachment: Attachment, registry: TimerRegistry = .shared) {
+        switch attachment {
+        case .current:
+            runLoop = .current
+            cfRunLoop = CFRunLoopGetCurrent()
+        case .main:
+            runLoop = .main
+            cfRunLoop = CFRunLoopGetMain()
+        }
+        self.thread = nil
+        self.registry = registry
+        self.isAttached = true
+        let view = ModeView(mode: .default, runLoop: runLoop, registry: registry)
+        self.scheduler = view.scheduler
+        views[.default] = view
+    }
+
+    deinit { shutdown() }
+
+    /// The backend for timers in `mode`: schedule through it and they fire only while the
+    /// loop runs in that mode (or, for `.common`, in any common mode).
+    public func mode(_ mode: RunLoop.Mode) -> any TimerBackend {
+        mutex.withLock {
+            if let view = views[mode] { return view }
+            let view = ModeView(mode: mode, runLoop: runLoop, registry: registry)
+            if isShutDown { view.shutdown() }
+            views[mode] = view
+            return view
+        }
+    }
+
+    /// Makes `mode` one of the loop's common modes, so `.common` timers fire while the loop
+    /// runs in it (Foundation offers no other way on Linux).
+    public func addCommonMode(_ mode: RunLoop.Mode) {
+        let name = CFStringCreateWithCString(nil, mode.rawValue, CFStringBuiltInEncodings.UTF8.rawValue)
+        CFRunLoopAddCommonMode(cfRunLoop, name)
+    }
+
+    /// Cancels the timers of every mode and removes the native timers; an owned loop is
+    /// stopped and its thread joined (unless called from one of its handlers).
+    public func shutdown() {
+        let toStop: [ModeView] = mutex.withLock {
+            guard !isShutDown else { return [] }
+            isShutDown = true
+            return Array(views.values)
+        }
+        guard !toStop.isEmpty else { return }
+        for view in toStop { view.shutdown() }
+        guard let thread else { return }
+        stopFlag.stopped.store(true, ordering: .releasing)
+        CFRunLoopStop(cfRunLoop)   // wakes the loop; remembered if it is not running yet
+        if thread.isCurrent { thread.detach() } else { thread.join() }
+    }
+}
+
+private final class StopFlag: Sendable {
+    let stopped = Atomic<Bool>(false)
+}
+
+private struct LoopRefs: @unchecked Sendable {
+    // @unchecked: both are thread-safe CF objects, handed over once at start-up.
+    let runLoop: RunLoop
+    let cfRunLoop: CFRunLoop
+}
+
+/// One mode of a run loop: a scheduler and the single native timer that wakes it.
+private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
+    // @unchecked: `timer` is only used through thread-safe CF calls (setting the fire date,
+    // invalidating), made while the scheduler's lock serialises them.
+    let scheduler: TimerScheduler
+    private let timer: Timer
+
+    init(mode: RunLoop.Mode, runLoop: RunLoop, registry: TimerRegistry) {
+        let name = mode == .default ? "runloop" : "runloop[\(mode.rawValue)]"
+        let scheduler = TimerScheduler(backendName: name, registry: registry)
+        self.scheduler = scheduler
+        // init(fire:...), not init(timeInterval:...), which fires at once on Linux. Repeating
+        // with a decades-long interval so it stays valid between re-arms.
+        timer = Timer(fire: .distantFuture, interval: 1e9, repeats: true) { [weak scheduler] _ in
+            scheduler?.fireDueTimers()
+        }
+        timer.tolerance = 0
+        runLoop.add(timer, forMode: mode)
+        scheduler.attach(self)
+    }
+
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        if deadline == .distantFuture {
+            timer.fireDate = .distantFuture
+            return
+        }
+        // Foundation timers take wall-clock dates; convert through the distance from now.
+        let now = MonotonicInstant.now()
+        let delay = deadline > now ? Double((deadline - now).saturatingNanoseconds) / 1e9 : 0
+        timer.fireDate = Date(timeIntervalSinceNow: delay)
+    }
+
+    func shutdown() {
+        scheduler.shutdown()
+        timer.invalidate()
+    }
+}

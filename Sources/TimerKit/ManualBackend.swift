@@ -85,6 +85,13 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
         clock.move(to: deadline)
     }
 
+    /// Moves virtual time forward without firing anything, as if the loop had been blocked
+    /// (a long handler elsewhere, a run loop in another mode). What came due fires at the
+    /// next `advance` or `runDue()`, under each timer's missed-tick policy.
+    public func stall(for duration: Duration) {
+        clock.move(to: clock.now + max(duration, .zero))
+    }
+
     /// Fires whatever is due at the current virtual time without moving it.
     public func runDue() { advance(by: .zero) }
 

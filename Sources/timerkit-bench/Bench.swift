@@ -15,6 +15,16 @@ struct DurationArgument: ExpressibleByArgument {
     var defaultValueDescription: String { "1ms" }
 }
 
+struct LoadArgument: ExpressibleByArgument {
+    let load: Load
+    init?(argument: String) {
+        guard let load = Load(rawValue: argument) else { return nil }
+        self.load = load
+    }
+    var defaultValueDescription: String { "none" }
+    static var allValueStrings: [String] { Load.allCases.map(\.rawValue) }
+}
+
 @main
 struct TimerKitBench: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -41,6 +51,9 @@ struct TimerKitBench: ParsableCommand {
 
     @Option(help: "Seconds of latency measurement per backend.")
     var seconds: Double = 5
+
+    @Option(help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
+    var load: LoadArgument = LoadArgument(argument: "none")!
 
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
@@ -75,7 +88,7 @@ struct TimerKitBench: ParsableCommand {
             case .latency:
                 let realTime = selected.filter(\.realTime)
                 if !realTime.isEmpty {
-                    results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds).map(BenchResult.latency)
+                    results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(BenchResult.latency)
                 }
             case .throughput:
                 let measurable = selected.filter { $0.make != nil }

@@ -34,5 +34,6 @@ let allBackends: [BenchBackend] = [
     .backend("epoll") { try EpollBackend(registry: $0) },
     .backend("libevent") { try LibeventBackend(registry: $0) },
     .backend("dispatch") { DispatchBackend(registry: $0) },
+    .backend("runloop") { try RunLoopBackend(registry: $0) },
     .backend("manual", realTime: false) { ManualBackend(registry: $0) },
 ]

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Histogram
 import TimerKit
 
@@ -6,6 +7,8 @@ import TimerKit
 struct LatencyResult: Codable {
     var scenario = "latency"
     var backend: String
+    /// The load during the run: none, busy-loop (work on the backend's own loop), cpu.
+    var load: String
     var interval_us: Double
     var fires: Int
     var missed: Int
@@ -31,7 +34,48 @@ final class LatencyRecorder: Sendable {
 
 /// Runs each backend in turn for slices of at most one second until each has had
 /// `seconds`, so that the machine's noise falls on every backend alike.
-func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double) throws -> [LatencyResult] {
+/// Extra work during a latency run.
+enum Load: String, CaseIterable, Sendable {
+    /// Nothing else runs.
+    case none
+    /// Periodic busy work on the backend's own loop: 80% of each interval, every interval.
+    case busyLoop = "busy-loop"
+    /// A spinning thread on every core.
+    case cpu
+}
+
+/// Spins for `duration` of real time: the busy work of `--load busy-loop`.
+@Sendable func spin(for duration: Duration) {
+    let end = MonotonicInstant.now() + duration
+    while MonotonicInstant.now() < end {}
+}
+
+/// Spinning threads on every core until `stop()`.
+final class CPULoad: Sendable {
+    private let running = Locked(true)
+    private let done = DispatchGroup()
+
+    init() {
+        for _ in 0..<ProcessInfo.processInfo.activeProcessorCount {
+            done.enter()
+            Thread.detachNewThread { [running, done] in
+                var x: UInt64 = 1
+                while running.current { for _ in 0..<10_000 { x = x &* 6364136223846793005 &+ 1 } }
+                withExtendedLifetime(x) {}
+                done.leave()
+            }
+        }
+    }
+
+    func stop() {
+        running.withLock { $0 = false }
+        done.wait()
+    }
+}
+
+func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, load: Load = .none) throws -> [LatencyResult] {
+    let cpuLoad = load == .cpu ? CPULoad() : nil
+    defer { cpuLoad?.stop() }
     let slice = min(1.0, seconds)
     let rounds = max(1, Int((seconds / slice).rounded()))
     var recorders: [String: LatencyRecorder] = [:]
@@ -44,6 +88,10 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double) t
                 try baseline(interval, slice, recorder)
             } else if let make = backend.make {
                 let instance = try make(TimerRegistry())
+                if load == .busyLoop {
+                    let work = interval * 8 / 10
+                    try instance.schedule(.every(interval, firstAfter: interval / 2), name: "busy-work") { _ in spin(for: work) }
+                }
                 try instance.schedule(.every(interval), name: "latency-probe", handler: recorder.record)
                 _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
                 instance.shutdown()
@@ -53,7 +101,7 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double) t
     progressDone()
     return backends.compactMap { backend in
         guard let state = recorders[backend.name]?.state.current else { return nil }
-        return LatencyResult(backend: backend.name, interval_us: interval.microseconds, fires: state.fires,
+        return LatencyResult(backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue, interval_us: interval.microseconds, fires: state.fires,
                              missed: state.missed, lateness_us: Percentiles(state.histogram))
     }
 }

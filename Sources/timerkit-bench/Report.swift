@@ -51,7 +51,9 @@ struct BenchReport: Encodable {
             let reference = latency.first { $0.backend == "floor" } ?? latency.min { $0.lateness_us.p50 < $1.lateness_us.p50 }
             let refName = reference?.backend ?? "best"
             let refP50 = reference?.lateness_us.p50 ?? 0
-            out += "\nlatency: lateness of a repeating \(format(latency[0].interval_us)) µs timer (µs; p50 first, compare inside one run)\n"
+            let load = latency.first { $0.load != "none" }?.load ?? "none"
+            out += "\nlatency: lateness of a repeating \(format(latency[0].interval_us)) µs timer, load \(load) (µs; p50 first, compare inside one run)\n"
+            if load == "busy-loop" { out += "(the floor has no loop to load: it runs unloaded, as the reference)\n" }
             out += aligned([["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)", "p50 / \(refName)"]] + latency.map { r in
                 [r.backend, format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99),
                  format(r.lateness_us.p999), format(r.lateness_us.max), "\(r.fires)", "\(r.missed)",

@@ -64,6 +64,7 @@ public struct TimerSchedule: Sendable {
         case after(Amount)
         case at(MonotonicInstant)
         case every(Amount, first: Amount?, count: Int?)
+        case everyFrom(Amount, start: MonotonicInstant, count: Int?)
     }
 
     let kind: Kind
@@ -78,6 +79,12 @@ public struct TimerSchedule: Sendable {
     /// (`firstAfter` defaults to `interval`); `count` limits the number of handler calls.
     public static func every(_ interval: Duration, firstAfter: Duration? = nil, count: Int? = nil) -> TimerSchedule {
         .init(kind: .every(.duration(interval), first: firstAfter.map { .duration($0) }, count: count))
+    }
+    /// Repeatedly on the grid `start + k·interval` (k ≥ 0); grid points already past are
+    /// handled by the missed-tick policy. For aligning timers to an external clock, such
+    /// as a display's vsync.
+    public static func every(_ interval: Duration, startingAt start: MonotonicInstant, count: Int? = nil) -> TimerSchedule {
+        .init(kind: .everyFrom(.duration(interval), start: start, count: count))
     }
     /// `every(_:firstAfter:count:)` with intervals in seconds.
     public static func every(seconds interval: Double, firstAfter: Double? = nil, count: Int? = nil) -> TimerSchedule {
@@ -105,6 +112,11 @@ public struct TimerSchedule: Sendable {
             if let count, count < 1 { throw .invalidCount(count) }
             return Resolved(firstDeadline: now.nanoseconds.saturatingAdd(firstDelay),
                             intervalNanoseconds: interval, remaining: count ?? -1)
+        case let .everyFrom(amount, start, count):
+            let interval = try Self.nanoseconds(amount, parameter: "interval")
+            if interval == 0 { throw .zeroInterval(parameter: "interval") }
+            if let count, count < 1 { throw .invalidCount(count) }
+            return Resolved(firstDeadline: start.nanoseconds, intervalNanoseconds: interval, remaining: count ?? -1)
         }
     }
 

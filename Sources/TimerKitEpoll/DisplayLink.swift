@@ -1,0 +1,315 @@
+import CTimerShims
+import Glibc
+import Synchronization
+import TimerKit
+
+/// One frame as a display link's callback sees it (CADisplayLink's properties).
+public struct DisplayFrame: Sendable {
+    /// The vsync this callback belongs to: when the frame was due.
+    public let timestamp: MonotonicInstant
+    /// The vsync the next frame of this link is due at: the deadline for this frame's work.
+    public let targetTimestamp: MonotonicInstant
+    /// The link's frame period (refresh period × divisor).
+    public let duration: Duration
+    /// When the callback started.
+    public let actual: MonotonicInstant
+    /// Frames of this link skipped just before this one (its callback or the thread ran late).
+    public let dropped: Int
+}
+
+/// A display link's running totals.
+public struct DisplayLinkStatistics: Sendable, Equatable {
+    /// Callbacks made.
+    public var framesDelivered = 0
+    /// Frames skipped because a callback or the vsync thread ran late (never burst later).
+    public var framesDropped = 0
+    /// The longest callback so far.
+    public var longestCallback = Duration.zero
+    /// Callbacks that took longer than the link's frame (the 16.7 ms rule at 60 Hz).
+    public var overruns = 0
+}
+
+/// A CADisplayLink-style vsync source for Linux: a periodic absolute timerfd at a refresh
+/// rate, on a dedicated thread at the highest priority the process may have (SCHED_FIFO
+/// where permitted, else nice -20, else normal; see `obtainedPriority`) with minimal timer
+/// slack. Frame k is due at `start + k·period` exactly, however long it runs.
+///
+/// Links subscribe with a preferred frame rate, rounded to a divisor of the refresh rate as
+/// iOS does (60 Hz: 60, 30, 20, 15, ...). They are timers of this backend's scheduler: they
+/// live in the registry and follow the same states, proxy and cancellation model.
+///
+/// ```swift
+/// let display = try DisplaySource.shared(refreshRate: 60)
+/// let link = try display.addLink(target: renderer) { renderer, frame in
+///     renderer.draw(until: frame.targetTimestamp)
+/// }
+/// ```
+public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable {
+    // @unchecked: `timerFD`, `thread` and the figures below are set in init and never
+    // change; `stopping` and `droppedVsyncs` are atomic.
+
+    /// The refresh rate, in Hz.
+    public let refreshRate: Int
+    /// The refresh period, rounded to whole nanoseconds.
+    public let period: Duration
+    /// When vsync 0 was due: frame k is due at `start + k·period`.
+    public let start: MonotonicInstant
+    /// The core scheduler the links are timers of.
+    public let scheduler: TimerScheduler
+    /// The vsync thread's priority (it may differ from the one asked for).
+    public let obtainedPriority: ObtainedPriority
+    /// The vsync thread's kernel thread id.
+    public let threadID: Int32
+    private let periodNanoseconds: UInt64
+    private let timerFD: Int32
+    private let thread: LoopThread
+    private let state = SourceState()
+
+    private final class SourceState: Sendable {
+        let stopping = Atomic<Bool>(false)
+        let droppedVsyncs = Atomic<Int>(0)
+        let vsyncs = Atomic<Int>(0)
+    }
+
+    private static let sharedSources = Mutex<[Int: DisplaySource]>([:])
+
+    /// The process-wide source for `refreshRate`, made on first use: one vsync thread
+    /// serves every link of the same rate.
+    public static func shared(refreshRate: Int = 60) throws(TimerError) -> DisplaySource {
+        try sharedSources.withLock { (sources: inout [Int: DisplaySource]) throws(TimerError) -> DisplaySource in
+            if let source = sources[refreshRate], !source.scheduler.hasShutDown { return source }
+            let source = try DisplaySource(refreshRate: refreshRate)
+            sources[refreshRate] = source
+            return source
+        }
+    }
+
+    /// Starts a vsync thread at `refreshRate` Hz (1...1000).
+    /// - Throws: `TimerError.invalidFrameRate` for a rate out of range; `.systemCall` when
+    ///   the timerfd or the thread cannot be created.
+    public init(refreshRate: Int = 60, priority: ThreadPriority = .realtime(80), registry: TimerRegistry = .shared) throws(TimerError) {
+        guard (1...1000).contains(refreshRate) else { throw .invalidFrameRate(Double(refreshRate)) }
+        try priority.validate()
+        self.refreshRate = refreshRate
+        periodNanoseconds = 1_000_000_000 / UInt64(refreshRate)
+        period = .nanoseconds(Int64(periodNanoseconds))
+        let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC))
+        guard fd >= 0 else { throw .systemCall(call: "timerfd_create", errno: errno) }
+        timerFD = fd
+        let start = MonotonicInstant.now() + .nanoseconds(Int64(periodNanoseconds))
+        self.start = start
+        func spec(_ ns: UInt64) -> timespec { timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000)) }
+        var timer = itimerspec(it_interval: spec(periodNanoseconds), it_value: spec(start.nanoseconds))
+        guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
+            let error = errno
+            close(fd)
+            throw .systemCall(call: "timerfd_settime", errno: error)
+        }
+        let scheduler = TimerScheduler(backendName: "display@\(refreshRate)Hz", registry: registry)
+        self.scheduler = scheduler
+        let started = StartSignal<(ObtainedPriority, Int32)>()
+        let state = self.state
+        do throws(TimerError) {
+            thread = try LoopThread {
+                nameCurrentThread("TimerKit.vsync")
+                _ = ctk_set_timer_slack(1)
+                started.send((applyPriority(priority), ctk_gettid()))
+                Self.runVsync(fd: fd, state: state, scheduler: scheduler)
+                close(fd)
+            }
+        } catch {
+            close(fd)
+            throw error
+        }
+        (obtainedPriority, threadID) = started.receive() ?? (ObtainedPriority(priority: .normal, fallbackReason: nil), 0)
+        scheduler.attach(self)
+    }
+
+    deinit { shutdown() }
+
+    /// Vsyncs the thread itself was late for, counted from the timerfd's expiration count.
+    public var droppedVsyncs: Int { state.droppedVsyncs.load(ordering: .relaxed) }
+    /// Vsyncs that have occurred.
+    public var vsyncs: Int { state.vsyncs.load(ordering: .relaxed) }
+
+    /// The frame rate a link asking for `preferred` frames per second gets: the refresh
+    /// rate divided by the nearest whole divisor (0 means "as fast as the display").
+    /// - Throws: `TimerError.invalidFrameRate` for a negative, NaN or infinite rate.
+    public func divisor(forPreferredFramesPerSecond preferred: Double) throws(TimerError) -> Int {
+        guard preferred.isFinite, preferred >= 0 else { throw .invalidFrameRate(preferred) }
+        guard preferred > 0, preferred < Double(refreshRate) else { return 1 }
+        return max(1, Int((Double(refreshRate) / preferred).rounded()))
+    }
+
+    /// Adds a link whose `action` receives `target` (held weakly: the link ends when the
+    /// target is deallocated) on every frame of its rate.
+    /// - Parameters:
+    ///   - preferredFramesPerSecond: rounded to a divisor of the refresh rate; 0 = full rate.
+    ///   - deliverOn: another backend to run the callbacks on (like adding a CADisplayLink to
+    ///     a run loop); nil runs them on the vsync thread, with the least latency.
+    @discardableResult
+    public func addLink<Target: AnyObject & Sendable>(
+        target: Target, preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
+        action: @escaping @Sendable (Target, DisplayFrame) -> Void
+    ) throws(TimerError) -> DisplayLink {
+        try DisplayLink(source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
+                        target: target) { target, frame in
+            if let target { action(target, frame) }
+        }
+    }
+
+    /// Adds a link running `action` on every frame of its rate.
+    @discardableResult
+    public func addLink(preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
+                        action: @escaping @Sendable (DisplayFrame) -> Void) throws(TimerError) -> DisplayLink {
+        try DisplayLink(source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
+                        target: nil as DisplaySource?) { _, frame in action(frame) }
+    }
+
+    /// The first vsync at or after `instant` whose index is a multiple of `divisor`.
+    func nextFrame(after instant: MonotonicInstant, divisor: Int) -> MonotonicInstant {
+        let stride = periodNanoseconds * UInt64(divisor)
+        guard instant > start else { return start }
+        let frames = (instant.nanoseconds - start.nanoseconds + stride - 1) / stride
+        return MonotonicInstant(nanoseconds: start.nanoseconds + frames * stride)
+    }
+
+    // MARK: TimerDriver
+
+    /// Nothing to arm: the vsync thread runs the scheduler on every vsync.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {}
+
+    /// Ends every link, stops and joins the vsync thread and closes the timerfd.
+    public func shutdown() {
+        guard !state.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        scheduler.shutdown()
+        // The thread notices at its next vsync (at most one period away).
+        if thread.isCurrent { thread.detach() } else { thread.join() }
+    }
+
+    private static func runVsync(fd: Int32, state: SourceState, scheduler: TimerScheduler) {
+        while !state.stopping.load(ordering: .acquiring) {
+            var expirations: UInt64 = 0
+            let got = read(fd, &expirations, 8)
+            if got < 0 && errno == EINTR { continue }
+            guard got == 8 else { return }
+            state.vsyncs.add(Int(expirations), ordering: .relaxed)
+            if expirations > 1 { state.droppedVsyncs.add(Int(expirations - 1), ordering: .relaxed) }
+            scheduler.fireDueTimers()
+        }
+    }
+}
+
+/// What a link does on each frame: kept apart from `DisplayLink` so that the timer's
+/// handler can hold it without holding the link (which holds the timer).
+private final class LinkCore<Target: AnyObject & Sendable>: Sendable {
+    let deliverOn: (any TimerBackend)?
+    let action: @Sendable (Target?, DisplayFrame) -> Void
+    let stats = Locked(DisplayLinkStatistics())
+
+    init(deliverOn: (any TimerBackend)?, action: @escaping @Sendable (Target?, DisplayFrame) -> Void) {
+        self.deliverOn = deliverOn
+        self.action = action
+    }
+
+    func deliver(_ target: Target?, _ tick: Tick, interval: Duration) {
+        let frame = DisplayFrame(timestamp: tick.scheduled, targetTimestamp: tick.scheduled + interval,
+                                 duration: interval, actual: tick.actual, dropped: tick.missed)
+        guard let deliverOn else { return run(target, frame) }
+        do {
+            try deliverOn.schedule(.after(.zero)) { [self] _ in run(target, frame) }
+        } catch {
+            // The chosen backend was shut down: the frame cannot be delivered; count it dropped.
+            stats.withLock { $0.framesDropped += 1 }
+        }
+    }
+
+    private func run(_ target: Target?, _ frame: DisplayFrame) {
+        let began = MonotonicInstant.now()
+        action(target, frame)
+        let took = MonotonicInstant.now() - began
+        stats.withLock {
+            $0.framesDelivered += 1
+            $0.framesDropped += frame.dropped
+            $0.longestCallback = max($0.longestCallback, took)
+            if took > frame.duration { $0.overruns += 1 }
+        }
+    }
+}
+
+/// A subscription to a `DisplaySource`: CADisplayLink for Linux.
+///
+/// `isPaused` keeps it armed but silent; `invalidate()` ends it (twice is fine). After
+/// `invalidate()`, pausing or changing the rate throws `TimerError.timerEnded`, as for timers.
+public final class DisplayLink: @unchecked Sendable {
+    // @unchecked: `currentDivisor` changes only under `mutex`; the rest is immutable or
+    // thread-safe (TimerHandle, Locked statistics).
+
+    /// The source this link follows.
+    public let source: DisplaySource
+    /// The link's registry entry: suspend, resume and cancel it by name like any timer.
+    public let handle: TimerHandle
+    private let readStatistics: @Sendable () -> DisplayLinkStatistics
+    private let mutex = PThreadMutex()
+    @exclusivity(unchecked) private var currentDivisor: Int
+
+    init<Target: AnyObject & Sendable>(source: DisplaySource, preferredFramesPerSecond: Double, name: String?,
+                                       deliverOn: (any TimerBackend)?, target: Target?,
+                                       action: @escaping @Sendable (Target?, DisplayFrame) -> Void) throws(TimerError) {
+        self.source = source
+        let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
+        currentDivisor = divisor
+        let core = LinkCore<Target>(deliverOn: deliverOn, action: action)
+        readStatistics = { core.stats.current }
+        let schedule = Self.schedule(on: source, divisor: divisor)
+        let interval = source.period * divisor
+        if let target {
+            // The core's proxy: held weakly, and the link ends when the target goes.
+            handle = try source.schedule(schedule, target: target, name: name, missedTicks: .skip) { target, tick in
+                core.deliver(target, tick, interval: tick.timer.repeatInterval ?? interval)
+            }
+        } else {
+            handle = try source.schedule(schedule, name: name, missedTicks: .skip) { tick in
+                core.deliver(nil, tick, interval: tick.timer.repeatInterval ?? interval)
+            }
+        }
+    }
+
+    private static func schedule(on source: DisplaySource, divisor: Int) -> TimerSchedule {
+        let first = source.nextFrame(after: source.now() + .nanoseconds(1), divisor: divisor)
+        return .every(source.period * divisor, startingAt: first)
+    }
+
+    /// Frames delivered and dropped, the longest callback, and overruns.
+    public var statistics: DisplayLinkStatistics { readStatistics() }
+
+    /// Frames per second the link actually runs at (refresh rate ÷ divisor).
+    public var framesPerSecond: Double { Double(source.refreshRate) / Double(mutex.withLock { currentDivisor }) }
+
+    /// Whether the link is paused. Setting it on an invalidated link does nothing; use
+    /// `setPaused(_:)` to be told.
+    public var isPaused: Bool {
+        get { handle.currentState == .suspended }
+        set { try? setPaused(newValue) }
+    }
+
+    /// Pauses (armed but silent) or resumes the link.
+    public func setPaused(_ paused: Bool) throws(TimerError) {
+        if paused { try handle.suspend() } else { try handle.resume() }
+    }
+
+    /// Changes the preferred rate while running; the link moves to the new divisor's grid.
+    public func setPreferredFramesPerSecond(_ preferred: Double) throws(TimerError) {
+        let divisor = try source.divisor(forPreferredFramesPerSecond: preferred)
+        try mutex.withLock { () throws(TimerError) in
+            try handle.reschedule(Self.schedule(on: source, divisor: divisor))
+            currentDivisor = divisor
+        }
+    }
+
+    /// Ends the link. Idempotent; safe from inside its own callback.
+    public func invalidate() { handle.cancel() }
+
+    /// Whether the link is still running or paused (not invalidated, its target alive).
+    public var isValid: Bool { handle.isActive }
+}

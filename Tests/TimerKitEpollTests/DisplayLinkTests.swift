@@ -1,0 +1,184 @@
+import CTimerShims
+import Dispatch
+import Testing
+import TimerKit
+import TimerKitEpoll
+
+/// Collects frames from the vsync thread.
+final class FrameLog: Sendable {
+    private let frames = Locked<[DisplayFrame]>([])
+    func record(_ frame: DisplayFrame) { frames.withLock { $0.append(frame) } }
+    var all: [DisplayFrame] { frames.current }
+    var count: Int { frames.current.count }
+}
+
+func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = MonotonicInstant.now() + timeout
+    while !condition() {
+        if MonotonicInstant.now() > deadline { return false }
+        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(2))
+    }
+    return true
+}
+
+@Suite("DisplayLink")
+struct DisplayLinkTests {
+    @Test(arguments: [
+        (60, 0.0, 60.0), (60, 60, 60), (60, 100, 60), (60, 45, 60), (60, 40, 30), (60, 30, 30),
+        (60, 24, 20), (60, 20, 20), (60, 15, 15), (60, 10, 10), (60, 1, 1),
+        (120, 60, 60), (120, 90, 120), (120, 30, 30), (120, 24, 24),
+    ])
+    func preferredRatesRoundToADivisorOfTheRefreshRate(_ refresh: Int, _ preferred: Double, _ expected: Double) throws {
+        let source = try DisplaySource(refreshRate: refresh, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let divisor = try source.divisor(forPreferredFramesPerSecond: preferred)
+        #expect(Double(refresh) / Double(divisor) == expected)
+    }
+
+    @Test(arguments: [-1.0, .nan, .infinity])
+    func badPreferredRatesAreTypedErrors(_ rate: Double) throws {
+        let source = try DisplaySource(refreshRate: 60, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let error = #expect(throws: TimerError.self) { try source.addLink(preferredFramesPerSecond: rate) { _ in } }
+        #expect(error?.description == TimerError.invalidFrameRate(rate).description)
+    }
+
+    @Test(arguments: [0, -5, 1001])
+    func badRefreshRatesAreTypedErrors(_ rate: Int) {
+        #expect(throws: TimerError.invalidFrameRate(Double(rate))) { try DisplaySource(refreshRate: rate, registry: TimerRegistry()) }
+    }
+
+    @Test func framesSitOnTheVsyncGrid() throws {
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(preferredFramesPerSecond: 100, action: log.record)
+        #expect(waitFor { log.count >= 8 })
+        link.invalidate()
+        #expect(link.framesPerSecond == 100)
+        let period = source.period.saturatingNanosecondsForTests
+        for frame in log.all {
+            #expect((frame.timestamp.nanoseconds - source.start.nanoseconds) % UInt64(period * 2) == 0)
+            #expect(frame.targetTimestamp == frame.timestamp + frame.duration)
+            #expect(frame.duration == source.period * 2)
+            #expect(frame.actual >= frame.timestamp)
+        }
+    }
+
+    @Test func aCallbackThatSleepsThroughTwoFramesDropsThem() throws {
+        let source = try DisplaySource(refreshRate: 100, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink { frame in
+            log.record(frame)
+            // Sleeps through the two whole frames after it (+10 and +20 ms); the +30 ms vsync
+            // is then pending and delivered late, as CADisplayLink does.
+            if log.count == 3 { _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(35)) }
+        }
+        #expect(waitFor { log.count >= 6 })
+        link.handle.cancelAndWait()   // statistics are complete once no callback is running
+        let frames = log.all
+        #expect(frames[3].dropped >= 2, "the 35 ms callback slept through two 10 ms frames")
+        for (previous, frame) in zip(frames, frames.dropFirst()) {
+            #expect(frame.timestamp - previous.timestamp == frame.duration * (frame.dropped + 1), "dropped frames account for every gap")
+        }
+        let stats = link.statistics
+        #expect(stats.framesDropped == frames.map(\.dropped).reduce(0, +))
+        #expect(stats.overruns >= 1)
+        #expect(stats.longestCallback >= .milliseconds(35))
+        #expect(source.droppedVsyncs >= 1, "the vsync thread itself read several expirations at once")
+    }
+
+    @Test func pausingKeepsTheLinkButSilencesIt() throws {
+        let registry = TimerRegistry()
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: registry)
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(action: log.record)
+        #expect(waitFor { log.count >= 2 })
+        link.isPaused = true
+        #expect(link.isPaused)
+        let atPause = log.count
+        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
+        #expect(log.count <= atPause + 1)
+        #expect(registry.count == 1, "a paused link stays registered")
+        try link.setPaused(false)
+        #expect(waitFor { log.count >= atPause + 3 })
+    }
+
+    @Test func aLinkCanInvalidateItselfAndLaterUseIsATypedError() throws {
+        let registry = TimerRegistry()
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: registry)
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(name: "hud") { frame in
+            log.record(frame)
+            if log.count == 3 { registry.timer(named: "hud")?.cancel() }
+        }
+        #expect(waitFor { !link.isValid })
+        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(30))
+        #expect(log.count == 3)
+        link.invalidate()
+        #expect(throws: TimerError.timerEnded(name: "hud", state: .cancelled)) { try link.setPaused(true) }
+        #expect(throws: TimerError.timerEnded(name: "hud", state: .cancelled)) { try link.setPreferredFramesPerSecond(30) }
+        #expect(registry.count == 0)
+    }
+
+    final class Renderer: Sendable {
+        let frames = Locked(0)
+        let gone: Locked<Bool>
+        init(_ gone: Locked<Bool>) { self.gone = gone }
+        deinit { gone.withLock { $0 = true } }
+    }
+
+    @Test func aReleasedTargetEndsItsLink() throws {
+        let registry = TimerRegistry()
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: registry)
+        defer { source.shutdown() }
+        let gone = Locked(false)
+        var renderer: Renderer? = Renderer(gone)
+        let link = try source.addLink(target: renderer!, name: "renderer") { renderer, _ in renderer.frames.withLock { $0 += 1 } }
+        #expect(waitFor { (renderer?.frames.current ?? 0) >= 2 })
+        #expect(try registry.snapshot(named: "renderer").backend == "display@200Hz")
+        renderer = nil
+        #expect(waitFor { gone.current })
+        #expect(registry.count == 0)
+        #expect(waitFor { !link.isValid })
+    }
+
+    @Test func callbacksCanBeDeliveredOnAnotherBackend() throws {
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let queue = DispatchBackend(registry: TimerRegistry())
+        defer { queue.shutdown() }
+        let threads = Locked<Set<Int32>>([])
+        let link = try source.addLink(deliverOn: queue) { _ in threads.withLock { _ = $0.insert(ctk_gettid()) } }
+        #expect(waitFor { !threads.current.isEmpty })
+        link.invalidate()
+        #expect(!threads.current.contains(source.threadID))
+    }
+
+    @Test func theRateCanChangeWhileRunning() throws {
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(action: log.record)
+        #expect(waitFor { log.count >= 2 })
+        try link.setPreferredFramesPerSecond(50)
+        #expect(link.framesPerSecond == 50)
+        let before = log.count
+        #expect(waitFor { log.count >= before + 3 })
+        #expect(log.all.last?.duration == source.period * 4)
+    }
+
+    @Test func theVsyncThreadReportsThePriorityItGot() throws {
+        let source = try DisplaySource(refreshRate: 60, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let got = source.obtainedPriority
+        #expect(got.priority == .realtime(80) || got.fallbackReason != nil, "\(got)")
+    }
+}
+
+extension Duration {
+    var saturatingNanosecondsForTests: Int64 { Int64(attoseconds / 1_000_000_000) }
+}

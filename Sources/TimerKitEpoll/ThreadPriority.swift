@@ -44,7 +44,7 @@ public struct ObtainedPriority: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// Applies `requested` to the calling thread, falling back as `ThreadPriority` describes.
-func applyPriority(_ requested: ThreadPriority) -> ObtainedPriority {
+package func applyPriority(_ requested: ThreadPriority) -> ObtainedPriority {
     func describe(_ call: String, _ rc: Int32) -> String {
         "\(call) failed: errno \(-rc) (\(String(cString: strerror(-rc))))"
     }

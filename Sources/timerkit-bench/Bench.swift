@@ -4,6 +4,7 @@ import TimerKit
 enum Scenario: String, ExpressibleByArgument, CaseIterable {
     case latency
     case throughput
+    case display
 }
 
 struct DurationArgument: ExpressibleByArgument {
@@ -89,6 +90,11 @@ struct TimerKitBench: ParsableCommand {
                 let realTime = selected.filter(\.realTime)
                 if !realTime.isEmpty {
                     results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(BenchResult.latency)
+                }
+            case .display:
+                // DisplayLink is an epoll-module feature: it runs when epoll is selected.
+                if selected.contains(where: { $0.name == "epoll" }) {
+                    results += try runDisplay(rates: [60, 120], seconds: seconds).map(BenchResult.display)
                 }
             case .throughput:
                 let measurable = selected.filter { $0.make != nil }

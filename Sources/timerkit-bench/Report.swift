@@ -24,9 +24,11 @@ struct MachineInfo: Codable {
 enum BenchResult: Encodable {
     case latency(LatencyResult)
     case throughput(ThroughputResult)
+    case display(DisplayResult)
 
     func encode(to encoder: any Encoder) throws {
         switch self {
+        case let .display(result): try result.encode(to: encoder)
         case let .latency(result): try result.encode(to: encoder)
         case let .throughput(result): try result.encode(to: encoder)
         }
@@ -68,6 +70,14 @@ struct BenchReport: Encodable {
             out += aligned([["backend", "timers", "schedule ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]] + throughput.map { r in
                 [r.backend, "\(r.timers)", "\(format(r.schedule_ns)) [\(format(r.schedule_ns_mean))]",
                  "\(format(r.cancel_ns)) [\(format(r.cancel_ns_mean))]", format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
+            })
+        }
+        let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
+        if !display.isEmpty {
+            out += "\ndisplay: a full-rate DisplayLink vs a bare timerfd at the same period and priority (µs)\n"
+            out += aligned([["rate", "source", "frames", "dropped", "jitter p50", "jitter p99", "late p50", "late p99", "priority"]] + display.map { r in
+                ["\(r.refresh_hz) Hz", r.backend, "\(r.frames)", "\(r.dropped)", format(r.jitter_us.p50), format(r.jitter_us.p99),
+                 format(r.lateness_us.p50), format(r.lateness_us.p99), r.priority]
             })
         }
         return out

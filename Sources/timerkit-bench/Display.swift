@@ -1,0 +1,116 @@
+import CTimerShims
+import Dispatch
+import Glibc
+import Histogram
+import TimerKit
+import TimerKitEpoll
+
+/// `display`: a full-rate DisplayLink at 60 and 120 Hz against a bare timerfd loop at the
+/// same period and priority.
+struct DisplayResult: Codable {
+    var scenario = "display"
+    /// "display" (a DisplayLink) or "floor" (a bare periodic timerfd at the same priority).
+    var backend: String
+    var refresh_hz: Int
+    var frames: Int
+    var dropped: Int
+    /// The priority the vsync (or floor) thread obtained.
+    var priority: String
+    /// |actual frame interval − period|, µs.
+    var jitter_us: Percentiles
+    /// Callback start − vsync deadline, µs.
+    var lateness_us: Percentiles
+}
+
+/// Frame starts, as seen by a callback.
+final class FrameRecorder: Sendable {
+    let state = Locked((jitter: makeHistogram(), lateness: makeHistogram(), previous: UInt64(0), frames: 0, dropped: 0))
+    let period: UInt64
+    init(period: UInt64) { self.period = period }
+
+    /// A new slice starts: the gap since the last one is not a frame interval.
+    func startSlice() { state.withLock { $0.previous = 0 } }
+
+    func record(scheduled: UInt64, actual: UInt64, dropped: Int) {
+        state.withLock { s in
+            _ = s.lateness.record(actual >= scheduled ? actual - scheduled : 0)
+            if s.previous != 0 && dropped == 0 {
+                let interval = actual - s.previous
+                _ = s.jitter.record(interval > period ? interval - period : period - interval)
+            }
+            s.previous = actual
+            s.frames += 1
+            s.dropped += dropped
+        }
+    }
+}
+
+func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
+    let slice = min(1.0, seconds)
+    let rounds = max(1, Int((seconds / slice).rounded()))
+    var results: [String: (FrameRecorder, String)] = [:]
+    for round in 0..<rounds {
+        for rate in rates {
+            let period = 1_000_000_000 / UInt64(rate)
+            progress("display: round \(round + 1)/\(rounds) \(rate) Hz")
+            // The floor, on a thread at the priority the vsync thread asks for.
+            let floorKey = "floor@\(rate)"
+            let floor = results[floorKey]?.0 ?? FrameRecorder(period: period)
+            floor.startSlice()
+            let floorPriority = Locked("")
+            let thread = try LoopThread {
+                _ = ctk_set_timer_slack(1)
+                floorPriority.withLock { $0 = applyPriority(.realtime(80)).description }
+                try? runTimerfdFloorFrames(period: period, seconds: slice, recorder: floor)
+            }
+            thread.join()
+            results[floorKey] = (floor, floorPriority.current)
+
+            let displayKey = "display@\(rate)"
+            let display = results[displayKey]?.0 ?? FrameRecorder(period: period)
+            display.startSlice()
+            let source = try DisplaySource(refreshRate: rate, priority: .realtime(80), registry: TimerRegistry())
+            let link = try source.addLink { frame in
+                display.record(scheduled: frame.timestamp.nanoseconds, actual: frame.actual.nanoseconds, dropped: frame.dropped)
+            }
+            _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
+            link.invalidate()
+            results[displayKey] = (display, source.obtainedPriority.description)
+            source.shutdown()
+        }
+    }
+    progressDone()
+    return rates.flatMap { rate in
+        ["floor", "display"].compactMap { kind -> DisplayResult? in
+            guard let (recorder, priority) = results["\(kind)@\(rate)"] else { return nil }
+            let s = recorder.state.current
+            return DisplayResult(backend: kind, refresh_hz: rate, frames: s.frames, dropped: s.dropped, priority: priority,
+                                 jitter_us: Percentiles(s.jitter), lateness_us: Percentiles(s.lateness))
+        }
+    }
+}
+
+/// A bare periodic timerfd at `period`, reporting each frame like a display link would.
+func runTimerfdFloorFrames(period: UInt64, seconds: Double, recorder: FrameRecorder) throws {
+    let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC))
+    guard fd >= 0 else { throw TimerError.systemCall(call: "timerfd_create", errno: errno) }
+    defer { close(fd) }
+    let start = MonotonicInstant.now().nanoseconds + period
+    let end = start + UInt64(seconds * 1e9)
+    func spec(_ ns: UInt64) -> timespec { timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000)) }
+    var timer = itimerspec(it_interval: spec(period), it_value: spec(start))
+    guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
+        throw TimerError.systemCall(call: "timerfd_settime", errno: errno)
+    }
+    var fired: UInt64 = 0
+    while true {
+        var expirations: UInt64 = 0
+        let got = read(fd, &expirations, 8)
+        let now = MonotonicInstant.now().nanoseconds
+        if got < 0 && errno == EINTR { continue }
+        guard got == 8 else { throw TimerError.systemCall(call: "read(timerfd)", errno: errno) }
+        fired += expirations
+        recorder.record(scheduled: start + (fired - 1) * period, actual: now, dropped: Int(expirations - 1))
+        if now >= end { break }
+    }
+}

@@ -7,15 +7,14 @@ import Dispatch
 /// queue (so handlers stay serial even on a concurrent queue).
 public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendable {
     // @unchecked: `source` is created in init and only cancelled (thread-safe in GCD)
-    // afterwards; `isShutDown` is guarded by `mutex`.
+    // afterwards; the rest is immutable or Sendable.
 
     /// The core scheduler.
     public let scheduler: TimerScheduler
     /// The serial queue the handlers run on.
     public let queue: DispatchQueue
     private let source: DispatchSourceTimer
-    private let mutex = PThreadMutex()
-    private var isShutDown = false
+    private let shutdownOnce = OnceFlag()
     private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     /// Creates a Dispatch backend.
@@ -45,11 +44,7 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
     }
 
     public func shutdown() {
-        let first = mutex.withLock {
-            defer { isShutDown = true }
-            return !isShutDown
-        }
-        guard first else { return }
+        guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
         source.cancel()
         // Wait for a handler call already on the queue to finish, unless we are on it.

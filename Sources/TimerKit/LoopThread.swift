@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// A joinable pthread running one closure: Foundation's `Thread` cannot be joined, and a
 /// backend's shutdown must wait for its loop to be gone before it returns.
@@ -53,4 +54,11 @@ package final class StartSignal<Value: Sendable>: @unchecked Sendable {
         while sem_wait(semaphore) != 0 {}
         return value
     }
+}
+
+/// True for the first caller of `claim()` only: makes a `shutdown()` idempotent.
+package final class OnceFlag: Sendable {
+    private let claimed = Atomic<Bool>(false)
+    package init() {}
+    package func claim() -> Bool { !claimed.exchange(true, ordering: .acquiringAndReleasing) }
 }

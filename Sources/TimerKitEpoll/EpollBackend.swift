@@ -54,7 +54,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
     private let eventFD: Int32
     private let control = LoopControl()
     private let thread: LoopThread
-    private let shutdownMutex = Mutex(false)
+    private let shutdownOnce = OnceFlag()
 
     /// Creates the descriptors and starts the loop thread.
     /// - Throws: `TimerError.systemCall` naming the call and errno when a descriptor or the
@@ -137,11 +137,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
     /// Called from one of this backend's handlers it cannot join its own thread: the loop
     /// then ends, and closes its descriptors, as soon as that handler returns.
     public func shutdown() {
-        let first = shutdownMutex.withLock { done in
-            defer { done = true }
-            return !done
-        }
-        guard first else { return }
+        guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
         control.stopping.store(true, ordering: .releasing)
         Self.signal(eventFD)

@@ -18,7 +18,7 @@ import TimerKit
 public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendable {
     // @unchecked: `base`, `event`, `context` and `thread` are set in init and never change;
     // libevent's own lock (evthread_use_pthreads) guards the event across threads, and
-    // `shutdownDone` guards shutdown.
+    // `shutdownOnce` makes shutdown run once.
 
     /// How an owned base is made and run.
     public struct Options: Sendable {
@@ -59,7 +59,7 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
     /// Set when shutdown runs inside one of our handlers: the loop thread then frees the
     /// event and the base itself once its loop has returned.
     private let exit = LoopExit()
-    private let shutdownDone = Mutex(false)
+    private let shutdownOnce = OnceFlag()
 
     /// libevent must know about threads before any base is made, or adding an event from
     /// another thread does not wake the loop.
@@ -175,11 +175,7 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
     /// called from one of its handlers) and frees the event and the base. Attached: removes
     /// the event; libevent frees it from the caller's loop once no callback can be running.
     public func shutdown() {
-        let first = shutdownDone.withLock { done in
-            defer { done = true }
-            return !done
-        }
-        guard first else { return }
+        guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
         let context = self.context
         if let thread, let stopEvent {

@@ -61,7 +61,7 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             let thread = try LoopThread {
                 _ = ctk_set_timer_slack(1)
                 floorPriority.withLock { $0 = applyPriority(.realtime(80)).description }
-                try? runTimerfdFloorFrames(period: period, seconds: slice, recorder: floor)
+                try? runPeriodicTimerfd(period: period, seconds: slice, onTick: floor.record)
             }
             thread.join()
             results[floorKey] = (floor, floorPriority.current)
@@ -87,30 +87,5 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             return DisplayResult(backend: kind, refresh_hz: rate, frames: s.frames, dropped: s.dropped, priority: priority,
                                  jitter_us: Percentiles(s.jitter), lateness_us: Percentiles(s.lateness))
         }
-    }
-}
-
-/// A bare periodic timerfd at `period`, reporting each frame like a display link would.
-func runTimerfdFloorFrames(period: UInt64, seconds: Double, recorder: FrameRecorder) throws {
-    let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC))
-    guard fd >= 0 else { throw TimerError.systemCall(call: "timerfd_create", errno: errno) }
-    defer { close(fd) }
-    let start = MonotonicInstant.now().nanoseconds + period
-    let end = start + UInt64(seconds * 1e9)
-    func spec(_ ns: UInt64) -> timespec { timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000)) }
-    var timer = itimerspec(it_interval: spec(period), it_value: spec(start))
-    guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
-        throw TimerError.systemCall(call: "timerfd_settime", errno: errno)
-    }
-    var fired: UInt64 = 0
-    while true {
-        var expirations: UInt64 = 0
-        let got = read(fd, &expirations, 8)
-        let now = MonotonicInstant.now().nanoseconds
-        if got < 0 && errno == EINTR { continue }
-        guard got == 8 else { throw TimerError.systemCall(call: "read(timerfd)", errno: errno) }
-        fired += expirations
-        recorder.record(scheduled: start + (fired - 1) * period, actual: now, dropped: Int(expirations - 1))
-        if now >= end { break }
     }
 }

@@ -56,6 +56,9 @@ struct TimerKitBench: ParsableCommand {
     @Option(help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
     var load: LoadArgument = LoadArgument(argument: "none")!
 
+    @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput.")
+    var noRaw = false
+
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
 
@@ -99,7 +102,8 @@ struct TimerKitBench: ParsableCommand {
             case .throughput:
                 let measurable = selected.filter { $0.make != nil }
                 if !measurable.isEmpty {
-                    results += try runThroughput(backends: measurable, timers: timers).map(BenchResult.throughput)
+                    // Raw baselines run when every backend is compared (no --backend filter).
+                    results += try runThroughput(backends: measurable, timers: timers, includeRaw: !noRaw && backendNames.isEmpty).map(BenchResult.throughput)
                 }
             }
         }

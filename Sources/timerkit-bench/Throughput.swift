@@ -30,13 +30,22 @@ func median(_ values: [Double]) -> Double {
     return sorted[sorted.count / 2]
 }
 
-func runThroughput(backends: [BenchBackend], timers count: Int) throws -> [ThroughputResult] {
+func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool = true) throws -> [ThroughputResult] {
     var rng = SystemRandomNumberGenerator()
     // The workload is made before any measurement so its memory is not counted.
     let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 1_000_000_000...60_000_000_000, using: &rng)) }
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
     let batch = 1000
     var results: [ThroughputResult] = []
+    // An unmeasured pass first: the first subject in a process otherwise pays one-off costs
+    // (the allocator growing its arenas, the kernel faulting them in) that later ones do not.
+    do {
+        progress("throughput: warm-up")
+        let warmUp = ManualBackend(registry: TimerRegistry())
+        let handles = try delays.map { try warmUp.schedule(.after($0)) { _ in } }
+        for i in cancelOrder { handles[i].cancel() }
+        warmUp.shutdown()
+    }
     for backend in backends {
         guard let make = backend.make else { continue }
         progress("throughput: \(backend.name) \(count) timers")
@@ -47,28 +56,12 @@ func runThroughput(backends: [BenchBackend], timers count: Int) throws -> [Throu
         releaseFreeMemory()
         let rssBefore = residentBytes()
         let heapBefore = heapBytesInUse()
-        var scheduleBatches: [Double] = []
-        var cancelBatches: [Double] = []
-        scheduleBatches.reserveCapacity(count / batch + 1)
-        cancelBatches.reserveCapacity(count / batch + 1)
-        var index = 0
-        while index < count {
-            let end = min(index + batch, count)
-            let start = MonotonicInstant.now()
-            for i in index..<end { handles[i] = try instance.schedule(.after(delays[i])) { _ in } }
-            scheduleBatches.append(nanoseconds(since: start) / Double(end - index))
-            index = end
+        let scheduleBatches = try timeBatches(count, batch) { i in
+            handles[i] = try instance.schedule(.after(delays[i])) { _ in }
         }
         let rssAfter = residentBytes()
         let heapAfter = heapBytesInUse()
-        index = 0
-        while index < count {
-            let end = min(index + batch, count)
-            let start = MonotonicInstant.now()
-            for i in index..<end { handles[cancelOrder[i]]?.cancel() }
-            cancelBatches.append(nanoseconds(since: start) / Double(end - index))
-            index = end
-        }
+        let cancelBatches = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
         instance.shutdown()
         results.append(ThroughputResult(
             backend: backend.name, timers: count,
@@ -77,6 +70,23 @@ func runThroughput(backends: [BenchBackend], timers count: Int) throws -> [Throu
             bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
             heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count)))
         handles = []
+    }
+    for baseline in rawBaselines where includeRaw && count <= baseline.maxTimers {
+        progress("throughput: \(baseline.name) \(count) timers")
+        releaseFreeMemory()
+        let rssBefore = residentBytes()
+        let heapBefore = heapBytesInUse()
+        var rssAfter = 0, heapAfter = 0
+        let (schedule, cancel) = try baseline.run(delays, cancelOrder, batch) {
+            rssAfter = residentBytes()
+            heapAfter = heapBytesInUse()
+        }
+        results.append(ThroughputResult(
+            backend: baseline.name, timers: count,
+            schedule_ns: median(schedule), cancel_ns: median(cancel),
+            schedule_ns_mean: mean(schedule), cancel_ns_mean: mean(cancel),
+            bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
+            heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count)))
     }
     progressDone()
     return results

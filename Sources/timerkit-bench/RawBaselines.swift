@@ -1,0 +1,87 @@
+import CLibevent
+import Dispatch
+import Foundation
+import TimerKit
+
+/// Throughput baselines with no TimerKit code: each native mechanism used the naive way,
+/// one native timer per user timer, so a reader sees what the shared scheduler adds or saves.
+/// Each returns (schedule ns batches, cancel ns batches); memory is measured by the caller.
+struct RawBaseline: Sendable {
+    let name: String
+    /// The most timers it is run with (one Foundation Timer per timer cancels in O(n)).
+    let maxTimers: Int
+    let run: @Sendable (_ delays: [Duration], _ cancelOrder: [Int], _ batch: Int, _ atPeak: () -> Void) throws -> ([Double], [Double])
+}
+
+let rawBaselines: [RawBaseline] = [
+    RawBaseline(name: "libevent-raw", maxTimers: 10_000_000) { delays, order, batch, atPeak in
+        evthread_use_pthreads()
+        guard let base = event_base_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new") }
+        defer { event_base_free(base) }
+        var events = [OpaquePointer?](repeating: nil, count: delays.count)
+        let schedule = try timeBatches(delays.count, batch) { i in
+            let ns = delays[i].saturatingNanosecondsForBench
+            var timeout = timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
+            guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &timeout) == 0 else {
+                throw TimerError.nativeFailure(backend: "libevent", call: "event_new/event_add")
+            }
+            events[i] = event
+        }
+        atPeak()
+        let cancel = try timeBatches(order.count, batch) { i in
+            guard let event = events[order[i]] else { return }
+            event_del(event)
+            event_free(event)
+        }
+        return (schedule, cancel)
+    },
+    RawBaseline(name: "dispatch-raw", maxTimers: 1_000_000) { delays, order, batch, atPeak in
+        let queue = DispatchQueue(label: "raw")
+        let sources = Locked<[DispatchSourceTimer?]>(Array(repeating: nil, count: delays.count))
+        let schedule = try timeBatches(delays.count, batch) { i in
+            let source = DispatchSource.makeTimerSource(queue: queue)
+            source.schedule(deadline: .now() + .nanoseconds(Int(delays[i].saturatingNanosecondsForBench)))
+            source.setEventHandler {}
+            source.activate()
+            sources.withLock { $0[i] = source }
+        }
+        atPeak()
+        let cancel = try timeBatches(order.count, batch) { i in
+            sources.withLock { $0[order[i]] }?.cancel()
+        }
+        return (schedule, cancel)
+    },
+    RawBaseline(name: "foundation-raw", maxTimers: 20_000) { delays, order, batch, atPeak in
+        // On a run loop that is not running: this measures add and invalidate only.
+        let loop = RunLoop.current
+        var timers: [Timer?] = Array(repeating: nil, count: delays.count)
+        let schedule = try timeBatches(delays.count, batch) { i in
+            let timer = Timer(fire: Date(timeIntervalSinceNow: Double(delays[i].saturatingNanosecondsForBench) / 1e9),
+                              interval: 0, repeats: false) { _ in }
+            loop.add(timer, forMode: .default)
+            timers[i] = timer
+        }
+        atPeak()
+        let cancel = try timeBatches(order.count, batch) { i in timers[order[i]]?.invalidate() }
+        return (schedule, cancel)
+    },
+]
+
+/// Runs `body(i)` for every i, timing each batch of `batch`: ns per operation per batch.
+func timeBatches(_ count: Int, _ batch: Int, _ body: (Int) throws -> Void) throws -> [Double] {
+    var batches: [Double] = []
+    batches.reserveCapacity(count / batch + 1)
+    var index = 0
+    while index < count {
+        let end = min(index + batch, count)
+        let start = MonotonicInstant.now()
+        for i in index..<end { try body(i) }
+        batches.append(nanoseconds(since: start) / Double(end - index))
+        index = end
+    }
+    return batches
+}
+
+extension Duration {
+    var saturatingNanosecondsForBench: Int64 { Int64(clamping: attoseconds / 1_000_000_000) }
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a `timerkit-bench --json` report: the keys users' scripts read, and that every
+"""Checks a `timerkit-bench --quick --json` report: the keys users' scripts read, and that every
 backend the bench knows appears in every scenario it belongs to. Exit 1 on any problem."""
 import json, subprocess, sys
 
@@ -13,7 +13,7 @@ def main(path, bench):
     if not isinstance(report.get("machine"), dict):
         problems.append("no machine object")
     results = report.get("results", [])
-    known = [line.split() for line in subprocess.run([bench, "--list-backends"], capture_output=True, text=True, check=True).stdout.splitlines()]
+    known = [line.split() for line in subprocess.run([bench, "--list-backends", "--quick"], capture_output=True, text=True, check=True).stdout.splitlines()]
     expected = {"latency": set(), "throughput": set()}
     for name, scenarios in known:
         for scenario in scenarios.split(","):

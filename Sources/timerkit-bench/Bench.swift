@@ -80,6 +80,8 @@ struct TimerKitBench: ParsableCommand {
     func run() throws {
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
+            // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
+            for baseline in rawBaselines where (quick ? 10_000 : timers) <= baseline.maxTimers { print("\(baseline.name) throughput") }
             return
         }
         let seconds = quick ? 0.3 : self.seconds

@@ -3,7 +3,11 @@ import TimerKit
 
 enum Scenario: String, ExpressibleByArgument, CaseIterable {
     case latency
+    case firstFire = "first-fire"
+    case drift
     case throughput
+    case fanout
+    case idle
     case display
 }
 
@@ -96,6 +100,16 @@ struct TimerKitBench: ParsableCommand {
                 if !realTime.isEmpty {
                     results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(BenchResult.latency)
                 }
+            case .firstFire:
+                results += try runFirstFire(backends: selected.filter(\.realTime), samples: quick ? 20 : 200).map(BenchResult.firstFire)
+            case .drift:
+                results += try runDrift(backends: selected.filter(\.realTime), interval: interval.duration,
+                                        seconds: quick ? 0.5 : max(seconds, 5)).map(BenchResult.drift)
+            case .fanout:
+                results += try runFanout(backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
+                                         seconds: quick ? 0.3 : 2).map(BenchResult.fanout)
+            case .idle:
+                results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.3 : 3).map(BenchResult.idle)
             case .display:
                 // DisplayLink is an epoll-module feature: it runs when epoll is selected.
                 if selected.contains(where: { $0.name == "epoll" }) {

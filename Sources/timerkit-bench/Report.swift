@@ -25,9 +25,17 @@ enum BenchResult: Encodable {
     case latency(LatencyResult)
     case throughput(ThroughputResult)
     case display(DisplayResult)
+    case idle(IdleResult)
+    case firstFire(FirstFireResult)
+    case drift(DriftResult)
+    case fanout(FanoutResult)
 
     func encode(to encoder: any Encoder) throws {
         switch self {
+        case let .idle(result): try result.encode(to: encoder)
+        case let .firstFire(result): try result.encode(to: encoder)
+        case let .drift(result): try result.encode(to: encoder)
+        case let .fanout(result): try result.encode(to: encoder)
         case let .display(result): try result.encode(to: encoder)
         case let .latency(result): try result.encode(to: encoder)
         case let .throughput(result): try result.encode(to: encoder)
@@ -71,6 +79,32 @@ struct BenchReport: Encodable {
                 [r.backend, "\(r.timers)", "\(format(r.schedule_ns)) [\(format(r.schedule_ns_mean))]",
                  "\(format(r.cancel_ns)) [\(format(r.cancel_ns_mean))]", format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
             })
+        }
+        let firstFire = results.compactMap { if case let .firstFire(r) = $0 { r } else { nil } }
+        if !firstFire.isEmpty {
+            out += "\nfirst-fire: lateness of the only fire of a fresh 1 ms one-shot (µs)\n"
+            out += aligned([["backend", "samples", "p50", "p90", "p99", "max"]] + firstFire.map { r in
+                [r.backend, "\(r.samples)", format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99), format(r.lateness_us.max)]
+            })
+        }
+        let drift = results.compactMap { if case let .drift(r) = $0 { r } else { nil } }
+        if !drift.isEmpty {
+            out += "\ndrift: lateness p50 of the first and last tenth of a long repeating run (µs; equal = no drift)\n"
+            out += aligned([["backend", "seconds", "first tenth", "last tenth", "grid error"]] + drift.map { r in
+                [r.backend, format(r.seconds), format(r.first_tenth_p50_us), format(r.last_tenth_p50_us), format(r.grid_error_us)]
+            })
+        }
+        let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
+        if !fanout.isEmpty {
+            out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, random phases\n"
+            out += aligned([["backend", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs"]] + fanout.map { r in
+                [r.backend, "\(r.fires)", format(r.cpu_ns_per_fire), format(r.lateness_us.p50), format(r.lateness_us.p99)]
+            })
+        }
+        let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
+        if !idle.isEmpty {
+            out += "\nidle: wake-ups while the only timer is an hour away (goal 0)\n"
+            out += aligned([["backend", "seconds", "wake-ups"]] + idle.map { [$0.backend, format($0.seconds), "\($0.wakeups)"] })
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
         if !display.isEmpty {

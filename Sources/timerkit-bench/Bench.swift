@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import TimerKit
 
 enum Scenario: String, ExpressibleByArgument, CaseIterable {
@@ -48,8 +49,8 @@ struct TimerKitBench: ParsableCommand {
     @Option(name: .customLong("backend"), help: "A backend to include (repeatable). Default: every backend. Known: \(allBackends.map(\.name).joined(separator: ", ")).")
     var backendNames: [String] = []
 
-    @Option(help: "Timers for the throughput scenario.")
-    var timers: Int = 100_000
+    @Option(help: "Timers for the throughput scenario (default: 1,000, 10,000 and 100,000 in turn).")
+    var timers: Int?
 
     @Option(help: "Interval of the latency probe, e.g. 1ms, 250us.")
     var interval: DurationArgument = DurationArgument(argument: "1ms")!
@@ -62,6 +63,9 @@ struct TimerKitBench: ParsableCommand {
 
     @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput.")
     var noRaw = false
+
+    @Option(help: "Also write a self-contained HTML report with charts to this file.")
+    var html: String?
 
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
@@ -77,7 +81,7 @@ struct TimerKitBench: ParsableCommand {
         for name in backendNames where !known.contains(name) {
             throw ValidationError("unknown backend '\(name)'; known: \(allBackends.map(\.name).joined(separator: ", "))")
         }
-        guard timers >= 1 && timers <= 50_000_000 else { throw ValidationError("--timers must be in 1...50000000 (got \(timers))") }
+        if let timers, !(1...50_000_000).contains(timers) { throw ValidationError("--timers must be in 1...50000000 (got \(timers))") }
         guard seconds.isFinite && seconds > 0 && seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))") }
     }
 
@@ -85,11 +89,11 @@ struct TimerKitBench: ParsableCommand {
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
-            for baseline in rawBaselines where (quick ? 10_000 : timers) <= baseline.maxTimers { print("\(baseline.name) throughput") }
+            for baseline in rawBaselines where (quick ? 10_000 : timers ?? 1_000) <= baseline.maxTimers { print("\(baseline.name) throughput") }
             return
         }
         let seconds = quick ? 0.3 : self.seconds
-        let timers = quick ? 10_000 : self.timers
+        let sizes = quick ? [10_000] : timers.map { [$0] } ?? [1_000, 10_000, 100_000]
         let selected = backendNames.isEmpty ? allBackends : allBackends.filter { backendNames.contains($0.name) }
         let toRun = scenarios.isEmpty ? Scenario.allCases : scenarios
         var results: [BenchResult] = []
@@ -119,11 +123,20 @@ struct TimerKitBench: ParsableCommand {
                 let measurable = selected.filter { $0.make != nil }
                 if !measurable.isEmpty {
                     // Raw baselines run when every backend is compared (no --backend filter).
-                    results += try runThroughput(backends: measurable, timers: timers, includeRaw: !noRaw && backendNames.isEmpty).map(BenchResult.throughput)
+                    for size in sizes {
+                        results += try runThroughput(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(BenchResult.throughput)
+                    }
                 }
             }
         }
         let report = BenchReport(machine: .current(), results: results)
         print(json ? try report.json() : report.table())
+        if let html {
+            do {
+                try report.html().write(toFile: html, atomically: true, encoding: .utf8)
+            } catch {
+                throw ValidationError("cannot write the HTML report to '\(html)': \(error.localizedDescription)")
+            }
+        }
     }
 }

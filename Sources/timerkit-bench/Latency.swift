@@ -13,6 +13,16 @@ struct LatencyResult: Codable {
     var fires: Int
     var missed: Int
     var lateness_us: Percentiles
+    /// The lateness distribution: [percentile, µs] pairs, for CDF charts.
+    var cdf_us: [[Double]]
+}
+
+/// [percentile, µs] points of a nanosecond histogram, dense where the tail is.
+func cdfPoints(_ histogram: Histogram<UInt64>) -> [[Double]] {
+    guard histogram.totalCount > 0 else { return [] }
+    let percentiles: [Double] = [0, 1, 5] + stride(from: 10, through: 90, by: 10).map(Double.init)
+        + [95, 97.5, 99, 99.5, 99.9, 99.95, 99.99, 100]
+    return percentiles.map { [$0, Double(histogram.valueAtPercentile($0)) / 1000] }
 }
 
 /// Collects lateness samples from handlers on a backend's loop thread.
@@ -102,6 +112,6 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, l
     return backends.compactMap { backend in
         guard let state = recorders[backend.name]?.state.current else { return nil }
         return LatencyResult(backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue, interval_us: interval.microseconds, fires: state.fires,
-                             missed: state.missed, lateness_us: Percentiles(state.histogram))
+                             missed: state.missed, lateness_us: Percentiles(state.histogram), cdf_us: cdfPoints(state.histogram))
     }
 }

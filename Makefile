@@ -39,7 +39,8 @@ tsan: setup
 
 demo: setup
 	$(SWIFT) build -c release $(STRICT) --product timerkit-bench
-	$(BENCH)
+	$(BENCH) --html timerkit-report.html
+	@echo 'HTML report with charts: timerkit-report.html'
 
 clean:
 	rm -rf .build .build-tsan

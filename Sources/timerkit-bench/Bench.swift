@@ -37,10 +37,12 @@ struct TimerKitBench: ParsableCommand {
         commandName: "timerkit-bench",
         abstract: "Runs the same timer work on every TimerKit backend and compares them.",
         discussion: """
-        Scenarios: latency (lateness of a repeating timer), throughput (schedule and cancel N \
-        timers with random 1–60 s deadlines). With no scenario, runs them all. Backends run \
-        interleaved in one process, so compare them inside one run; p50 repeats between runs, \
-        p99 does not on a noisy machine.
+        Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
+        (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule and \
+        cancel N timers with random 1–60 s deadlines, with raw native baselines), fanout (10,000 \
+        repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz). \
+        With no scenario, runs them all. Compare backends inside one run: p50 repeats between \
+        runs, p99 does not on a noisy machine.
         """)
 
     @Argument(help: "Scenarios to run: \(Scenario.allCases.map(\.rawValue).joined(separator: ", ")). Default: all.")

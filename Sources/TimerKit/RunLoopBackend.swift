@@ -128,6 +128,7 @@ private final class StopFlag: Sendable {
     let stopped = Atomic<Bool>(false)
 }
 
+/// The owned loop thread's run loop, handed to `init` (both are thread-safe CF objects).
 private struct LoopRefs: @unchecked Sendable {
     // @unchecked: both are thread-safe CF objects, handed over once at start-up.
     let runLoop: RunLoop

@@ -52,44 +52,43 @@ func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool
         let instance = try make(TimerRegistry())
         var handles: [TimerHandle?] = Array(repeating: nil, count: count)
 
-        // Each backend starts from a trimmed heap, as a fresh process would: memory, then time.
-        releaseFreeMemory()
-        let rssBefore = residentBytes()
-        let heapBefore = heapBytesInUse()
-        let scheduleBatches = try timeBatches(count, batch) { i in
-            handles[i] = try instance.schedule(.after(delays[i])) { _ in }
-        }
-        let rssAfter = residentBytes()
-        let heapAfter = heapBytesInUse()
-        let cancelBatches = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
-        instance.shutdown()
-        results.append(ThroughputResult(
-            backend: backend.name, timers: count,
-            schedule_ns: median(scheduleBatches), cancel_ns: median(cancelBatches),
-            schedule_ns_mean: mean(scheduleBatches), cancel_ns_mean: mean(cancelBatches),
-            bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
-            heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count)))
+        results.append(try measure(backend.name, count) { atPeak in
+            let schedule = try timeBatches(count, batch) { i in
+                handles[i] = try instance.schedule(.after(delays[i])) { _ in }
+            }
+            atPeak()
+            let cancel = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
+            instance.shutdown()
+            return (schedule, cancel)
+        })
         handles = []
     }
     for baseline in rawBaselines where includeRaw && count <= baseline.maxTimers {
         progress("throughput: \(baseline.name) \(count) timers")
-        releaseFreeMemory()
-        let rssBefore = residentBytes()
-        let heapBefore = heapBytesInUse()
-        var rssAfter = 0, heapAfter = 0
-        let (schedule, cancel) = try baseline.run(delays, cancelOrder, batch) {
-            rssAfter = residentBytes()
-            heapAfter = heapBytesInUse()
-        }
-        results.append(ThroughputResult(
-            backend: baseline.name, timers: count,
-            schedule_ns: median(schedule), cancel_ns: median(cancel),
-            schedule_ns_mean: mean(schedule), cancel_ns_mean: mean(cancel),
-            bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
-            heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count)))
+        results.append(try measure(baseline.name, count) { atPeak in try baseline.run(delays, cancelOrder, batch, atPeak) })
     }
     progressDone()
     return results
+}
+
+/// Runs one subject from a trimmed heap, as a fresh process would start: `run` times its
+/// schedules and cancels in batches and calls `atPeak` in between, when memory is read.
+func measure(_ name: String, _ count: Int,
+             _ run: (_ atPeak: () -> Void) throws -> (schedule: [Double], cancel: [Double])) throws -> ThroughputResult {
+    releaseFreeMemory()
+    let rssBefore = residentBytes()
+    let heapBefore = heapBytesInUse()
+    var rssAfter = rssBefore, heapAfter = heapBefore
+    let (schedule, cancel) = try run {
+        rssAfter = residentBytes()
+        heapAfter = heapBytesInUse()
+    }
+    return ThroughputResult(
+        backend: name, timers: count,
+        schedule_ns: median(schedule), cancel_ns: median(cancel),
+        schedule_ns_mean: mean(schedule), cancel_ns_mean: mean(cancel),
+        bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
+        heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count))
 }
 
 func nanoseconds(since start: MonotonicInstant) -> Double {

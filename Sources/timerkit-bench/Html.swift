@@ -150,7 +150,7 @@ extension BenchReport {
         }
         let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
         if !idle.isEmpty {
-            lines.append("Idle wake-ups (goal 0): " + idle.map { "\($0.backend) \($0.wakeups)" }.joined(separator: ", ") + ".")
+            lines.append("Idle wake-ups above the no-backend baseline (goal 0): " + idle.map { "\($0.backend) \($0.wakeups_above_baseline)" }.joined(separator: ", ") + ".")
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }.filter { $0.backend == "display" }
         for r in display {

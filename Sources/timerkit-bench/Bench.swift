@@ -60,6 +60,9 @@ struct TimerKitBench: ParsableCommand {
     @Option(help: "Seconds of latency measurement per backend.")
     var seconds: Double = 5
 
+    @Option(help: "Seconds of the drift scenario (all backends at once).")
+    var driftSeconds: Double = 30
+
     @Option(help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
     var load: LoadArgument = LoadArgument(argument: "none")!
 
@@ -84,6 +87,9 @@ struct TimerKitBench: ParsableCommand {
             throw ValidationError("unknown backend '\(name)'; known: \(allBackends.map(\.name).joined(separator: ", "))")
         }
         if let timers, !(1...50_000_000).contains(timers) { throw ValidationError("--timers must be in 1...50000000 (got \(timers))") }
+        guard driftSeconds.isFinite && driftSeconds >= 1 && driftSeconds <= 86_400 else {
+            throw ValidationError("--drift-seconds must be in 1...86400 (got \(driftSeconds))")
+        }
         guard seconds.isFinite && seconds > 0 && seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))") }
     }
 
@@ -110,7 +116,7 @@ struct TimerKitBench: ParsableCommand {
                 results += try runFirstFire(backends: selected.filter(\.realTime), samples: quick ? 20 : 200).map(BenchResult.firstFire)
             case .drift:
                 results += try runDrift(backends: selected.filter(\.realTime), interval: interval.duration,
-                                        seconds: quick ? 0.5 : max(seconds, 5)).map(BenchResult.drift)
+                                        seconds: quick ? 0.5 : driftSeconds).map(BenchResult.drift)
             case .fanout:
                 results += try runFanout(backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
                                          seconds: quick ? 0.3 : 2).map(BenchResult.fanout)

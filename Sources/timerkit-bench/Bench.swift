@@ -51,8 +51,8 @@ struct TimerKitBench: ParsableCommand {
     @Option(name: .customLong("backend"), help: "A backend to include (repeatable). Default: every backend. Known: \(allBackends.map(\.name).joined(separator: ", ")).")
     var backendNames: [String] = []
 
-    @Option(help: "Timers for the throughput scenario (default: 1,000, 10,000 and 100,000 in turn).")
-    var timers: Int?
+    @Option(help: "Timers for the throughput scenario, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
+    var timers: [Int] = []
 
     @Option(help: "Interval of the latency probe, e.g. 1ms, 250us.")
     var interval: DurationArgument = DurationArgument(argument: "1ms")!
@@ -86,7 +86,9 @@ struct TimerKitBench: ParsableCommand {
         for name in backendNames where !known.contains(name) {
             throw ValidationError("unknown backend '\(name)'; known: \(allBackends.map(\.name).joined(separator: ", "))")
         }
-        if let timers, !(1...50_000_000).contains(timers) { throw ValidationError("--timers must be in 1...50000000 (got \(timers))") }
+        for count in timers where !(1...50_000_000).contains(count) {
+            throw ValidationError("--timers must be in 1...50000000 (got \(count))")
+        }
         guard driftSeconds.isFinite && driftSeconds >= 1 && driftSeconds <= 86_400 else {
             throw ValidationError("--drift-seconds must be in 1...86400 (got \(driftSeconds))")
         }
@@ -97,11 +99,11 @@ struct TimerKitBench: ParsableCommand {
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
-            for baseline in rawBaselines where (quick ? 10_000 : timers ?? 1_000) <= baseline.maxTimers { print("\(baseline.name) throughput") }
+            for baseline in rawBaselines where (quick ? 10_000 : timers.min() ?? 1_000) <= baseline.maxTimers { print("\(baseline.name) throughput") }
             return
         }
         let seconds = quick ? 0.3 : self.seconds
-        let sizes = quick ? [10_000] : timers.map { [$0] } ?? [1_000, 10_000, 100_000]
+        let sizes = quick ? [10_000] : timers.isEmpty ? [1_000, 10_000, 100_000] : timers.sorted()
         let selected = backendNames.isEmpty ? allBackends : allBackends.filter { backendNames.contains($0.name) }
         let toRun = scenarios.isEmpty ? Scenario.allCases : scenarios
         var results: [BenchResult] = []

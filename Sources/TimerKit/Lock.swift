@@ -58,8 +58,7 @@ package final class PThreadCondition: @unchecked Sendable {
 
     /// Waits until signalled or until the monotonic deadline; returns false on time-out.
     package func wait(_ mutex: PThreadMutex, until deadline: MonotonicInstant) -> Bool {
-        var ts = timespec(tv_sec: Int(deadline.nanoseconds / 1_000_000_000),
-                          tv_nsec: Int(deadline.nanoseconds % 1_000_000_000))
+        var ts = timespecOf(nanoseconds: deadline.nanoseconds)
         return pthread_cond_timedwait(raw, mutex.raw, &ts) == 0
     }
 

@@ -46,6 +46,11 @@ public struct MonotonicInstant: Comparable, Hashable, Sendable, CustomStringConv
     }
 }
 
+/// A timespec of `nanoseconds` (since CLOCK_MONOTONIC's origin, for absolute timers).
+package func timespecOf(nanoseconds: UInt64) -> timespec {
+    timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+}
+
 extension UInt64 {
     @inline(__always)
     package func saturatingAdd(_ other: UInt64) -> UInt64 {

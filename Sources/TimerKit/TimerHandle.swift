@@ -75,12 +75,6 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// The current state.
     public var currentState: TimerState { scheduler.mutex.withLock { state } }
 
-    /// The repeat interval; nil for one-shots. (Read from a handler: it reflects a
-    /// `reschedule` made since the timer was created.)
-    public var repeatInterval: Duration? {
-        scheduler.mutex.withLock { interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)) }
-    }
-
     /// Handler calls so far.
     public var fireCount: Int { scheduler.mutex.withLock { fires } }
 

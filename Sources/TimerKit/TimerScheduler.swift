@@ -358,13 +358,14 @@ public final class TimerScheduler: @unchecked Sendable {
             let actual = clock.now()
             let missed = catchUp(timer, now: actual.nanoseconds)
             let scheduled = timer.deadline
+            let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
             timer.deadline = timer.interval > 0 ? timer.deadline.saturatingAdd(timer.interval) : timer.deadline
             running = timer
             runningThread = pthread_self()
             mutex.unlock()
 
             let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
-                            missed: missed, timer: timer)
+                            missed: missed, interval: interval, timer: timer)
             run(handler, tick: tick, timerObservers: observers)
 
             mutex.lock()

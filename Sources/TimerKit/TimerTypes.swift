@@ -45,6 +45,9 @@ public struct Tick: Sendable {
     /// Grid points this call was too late for, dropped under `.skip` and `.delay`
     /// (0 when on time, and always 0 under `.burst`, which delivers them).
     public let missed: Int
+    /// The repeat interval in force when this tick fired (it reflects a `reschedule`); nil
+    /// for one-shots. `scheduled + interval` is the next grid point.
+    public let interval: Duration?
     /// The timer that fired: handlers use it to cancel or reschedule themselves.
     public let timer: TimerHandle
 

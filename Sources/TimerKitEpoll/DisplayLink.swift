@@ -98,8 +98,7 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
         timerFD = fd
         let start = MonotonicInstant.now() + .nanoseconds(Int64(periodNanoseconds))
         self.start = start
-        func spec(_ ns: UInt64) -> timespec { timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000)) }
-        var timer = itimerspec(it_interval: spec(periodNanoseconds), it_value: spec(start.nanoseconds))
+        var timer = itimerspec(it_interval: timespecOf(nanoseconds: periodNanoseconds), it_value: timespecOf(nanoseconds: start.nanoseconds))
         guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
             let error = errno
             close(fd)
@@ -241,36 +240,32 @@ private final class LinkCore<Target: AnyObject & Sendable>: Sendable {
 ///
 /// `isPaused` keeps it armed but silent; `invalidate()` ends it (twice is fine). After
 /// `invalidate()`, pausing or changing the rate throws `TimerError.timerEnded`, as for timers.
-public final class DisplayLink: @unchecked Sendable {
-    // @unchecked: `currentDivisor` changes only under `mutex`; the rest is immutable or
-    // thread-safe (TimerHandle, Locked statistics).
+public final class DisplayLink: Sendable {
 
     /// The source this link follows.
     public let source: DisplaySource
     /// The link's registry entry: suspend, resume and cancel it by name like any timer.
     public let handle: TimerHandle
     private let readStatistics: @Sendable () -> DisplayLinkStatistics
-    private let mutex = PThreadMutex()
-    @exclusivity(unchecked) private var currentDivisor: Int
 
     init<Target: AnyObject & Sendable>(source: DisplaySource, preferredFramesPerSecond: Double, name: String?,
                                        deliverOn: (any TimerBackend)?, target: Target?,
                                        action: @escaping @Sendable (Target?, DisplayFrame) -> Void) throws(TimerError) {
         self.source = source
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
-        currentDivisor = divisor
         let core = LinkCore<Target>(deliverOn: deliverOn, action: action)
         readStatistics = { core.stats.current }
         let schedule = Self.schedule(on: source, divisor: divisor)
+        // The tick carries the link's interval, so a rate change shows in the very next frame.
         let interval = source.period * divisor
         if let target {
             // The core's proxy: held weakly, and the link ends when the target goes.
             handle = try source.schedule(schedule, target: target, name: name, missedTicks: .skip) { target, tick in
-                core.deliver(target, tick, interval: tick.timer.repeatInterval ?? interval)
+                core.deliver(target, tick, interval: tick.interval ?? interval)
             }
         } else {
             handle = try source.schedule(schedule, name: name, missedTicks: .skip) { tick in
-                core.deliver(nil, tick, interval: tick.timer.repeatInterval ?? interval)
+                core.deliver(nil, tick, interval: tick.interval ?? interval)
             }
         }
     }
@@ -284,7 +279,10 @@ public final class DisplayLink: @unchecked Sendable {
     public var statistics: DisplayLinkStatistics { readStatistics() }
 
     /// Frames per second the link actually runs at (refresh rate ÷ divisor).
-    public var framesPerSecond: Double { Double(source.refreshRate) / Double(mutex.withLock { currentDivisor }) }
+    public var framesPerSecond: Double {
+        guard let interval = handle.snapshot.interval else { return Double(source.refreshRate) }
+        return Double(source.refreshRate) / (interval / source.period)
+    }
 
     /// Whether the link is paused. Setting it on an invalidated link does nothing; use
     /// `setPaused(_:)` to be told.
@@ -301,10 +299,7 @@ public final class DisplayLink: @unchecked Sendable {
     /// Changes the preferred rate while running; the link moves to the new divisor's grid.
     public func setPreferredFramesPerSecond(_ preferred: Double) throws(TimerError) {
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferred)
-        try mutex.withLock { () throws(TimerError) in
-            try handle.reschedule(Self.schedule(on: source, divisor: divisor))
-            currentDivisor = divisor
-        }
+        try handle.reschedule(Self.schedule(on: source, divisor: divisor))
     }
 
     /// Ends the link. Idempotent; safe from inside its own callback.

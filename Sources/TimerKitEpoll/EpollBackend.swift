@@ -177,7 +177,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
         if deadline != .distantFuture {
             // 0 would disarm: a deadline at the clock's origin is "now", 1 ns will do.
             let ns = max(deadline.nanoseconds, 1)
-            spec.it_value = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+            spec.it_value = timespecOf(nanoseconds: ns)
         }
         _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil)
     }

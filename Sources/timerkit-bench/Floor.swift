@@ -11,8 +11,7 @@ func runPeriodicTimerfd(period: UInt64, seconds: Double, onTick: (UInt64, UInt64
     defer { close(fd) }
     let start = MonotonicInstant.now().nanoseconds + period
     let end = start + UInt64(seconds * 1e9)
-    func spec(_ ns: UInt64) -> timespec { timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000)) }
-    var timer = itimerspec(it_interval: spec(period), it_value: spec(start))
+    var timer = itimerspec(it_interval: timespecOf(nanoseconds: period), it_value: timespecOf(nanoseconds: start))
     guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
         throw TimerError.systemCall(call: "timerfd_settime", errno: errno)
     }

@@ -4,6 +4,19 @@ import Foundation
 import Histogram
 import TimerKit
 
+/// Runs `body` once per backend (baselines have no instance and are skipped) on a fresh
+/// instance with a private registry, shut down afterwards.
+func eachInstance<Result>(of backends: [BenchBackend], scenario: String,
+                          _ body: (BenchBackend, any TimerBackend) throws -> Result?) throws -> [Result] {
+    try backends.compactMap { backend in
+        guard let make = backend.make else { return nil }
+        progress("\(scenario): \(backend.name)")
+        let instance = try make(TimerRegistry())
+        defer { instance.shutdown() }
+        return try body(backend, instance)
+    }
+}
+
 // MARK: idle
 
 /// `idle`: how often a backend wakes while its only timer is an hour away. The goal is 0.
@@ -48,11 +61,7 @@ func runIdle(backends: [BenchBackend], seconds: Double) throws -> [IdleResult] {
     let quiet = voluntarySwitchesByThread()
     pause(seconds)
     let baseline = wakeups(from: quiet, to: voluntarySwitchesByThread())
-    return try backends.compactMap { backend in
-        guard let make = backend.make else { return nil }
-        progress("idle: \(backend.name)")
-        let instance = try make(TimerRegistry())
-        defer { instance.shutdown() }
+    return try eachInstance(of: backends, scenario: "idle") { backend, instance in
         try instance.schedule(.after(.seconds(3600))) { _ in }
         pause(0.2)   // let start-up and the first arming settle
         let before = voluntarySwitchesByThread()
@@ -73,11 +82,7 @@ struct FirstFireResult: Codable {
 }
 
 func runFirstFire(backends: [BenchBackend], samples: Int) throws -> [FirstFireResult] {
-    try backends.compactMap { backend in
-        guard let make = backend.make else { return nil }
-        progress("first-fire: \(backend.name)")
-        let instance = try make(TimerRegistry())
-        defer { instance.shutdown() }
+    try eachInstance(of: backends, scenario: "first-fire") { backend, instance in
         let recorder = LatencyRecorder()
         for _ in 0..<samples {
             let fired = DispatchSemaphore(value: 0)
@@ -125,7 +130,7 @@ func runDrift(backends: [BenchBackend], interval: Duration, seconds: Double) thr
     }
     pause(seconds)
     for run in runs { run.instance.shutdown() }
-    let period = UInt64(interval.saturatingNanosecondsForBench)
+    let period = UInt64(interval.saturatingNanoseconds)
     return runs.compactMap { run in
         let all = run.ticks.current
         guard all.count >= 10, let last = all.last else { return nil }
@@ -158,11 +163,7 @@ func processCPUNanoseconds() -> UInt64 {
 }
 
 func runFanout(backends: [BenchBackend], timers: Int, seconds: Double) throws -> [FanoutResult] {
-    try backends.compactMap { backend in
-        guard let make = backend.make else { return nil }
-        progress("fanout: \(backend.name) \(timers) timers")
-        let instance = try make(TimerRegistry())
-        defer { instance.shutdown() }
+    try eachInstance(of: backends, scenario: "fanout") { backend, instance in
         let recorder = LatencyRecorder()
         let now = instance.now()
         let period: Int64 = 100_000_000

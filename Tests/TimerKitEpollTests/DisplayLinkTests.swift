@@ -1,7 +1,7 @@
 import CTimerShims
 import Dispatch
 import Testing
-import TimerKit
+@testable import TimerKit
 import TimerKitEpoll
 
 /// Collects frames from the vsync thread.
@@ -56,7 +56,7 @@ struct DisplayLinkTests {
         #expect(waitFor { log.count >= 8 })
         link.invalidate()
         #expect(link.framesPerSecond == 100)
-        let period = source.period.saturatingNanosecondsForTests
+        let period = source.period.saturatingNanoseconds
         for frame in log.all {
             #expect((frame.timestamp.nanoseconds - source.start.nanoseconds) % UInt64(period * 2) == 0)
             #expect(frame.targetTimestamp == frame.timestamp + frame.duration)
@@ -177,8 +177,4 @@ struct DisplayLinkTests {
         let got = source.obtainedPriority
         #expect(got.priority == .realtime(80) || got.fallbackReason != nil, "\(got)")
     }
-}
-
-extension Duration {
-    var saturatingNanosecondsForTests: Int64 { Int64(attoseconds / 1_000_000_000) }
 }

@@ -39,9 +39,21 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "TimerKitTests", dependencies: ["TimerKit"], swiftSettings: strict),
-        .testTarget(name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims"], swiftSettings: strict),
-        .testTarget(name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent"], swiftSettings: strict),
-        .testTarget(name: "BackendConformanceTests", dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent"], swiftSettings: strict),
+        // Helpers every test target shares: tick logs, waits, watchdogs, /proc readers, and
+        // the harness that runs one test body on every backend configuration.
+        .target(
+            name: "TimerKitTestSupport",
+            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims"],
+            path: "Tests/TimerKitTestSupport",
+            swiftSettings: strict
+        ),
+        .testTarget(name: "TimerKitTests", dependencies: ["TimerKit", "TimerKitTestSupport"], swiftSettings: strict),
+        .testTarget(name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims", "TimerKitTestSupport"], swiftSettings: strict),
+        .testTarget(name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent", "TimerKitTestSupport"], swiftSettings: strict),
+        .testTarget(
+            name: "BackendConformanceTests",
+            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "TimerKitTestSupport"],
+            swiftSettings: strict
+        ),
     ]
 )

@@ -6,8 +6,8 @@ import Dispatch
 /// Handlers run on the backend's serial queue: its own, or one that targets the caller's
 /// queue (so handlers stay serial even on a concurrent queue).
 public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendable {
-    // @unchecked: `source` is created in init and only cancelled (thread-safe in GCD)
-    // afterwards; the rest is immutable or Sendable.
+    // @unchecked: `source` is created in init and afterwards only rescheduled and cancelled,
+    // both thread-safe in GCD; the rest is immutable or Sendable.
 
     /// The core scheduler.
     public let scheduler: TimerScheduler
@@ -15,7 +15,6 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
     public let queue: DispatchQueue
     private let source: DispatchSourceTimer
     private let shutdownOnce = OnceFlag()
-    private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     /// Creates a Dispatch backend.
     /// - Parameters:
@@ -31,25 +30,26 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
         source.setEventHandler { [weak scheduler] in scheduler?.fireDueTimers() }
         source.schedule(deadline: .distantFuture, repeating: .never, leeway: .nanoseconds(0))
         source.activate()
-        self.queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
         scheduler.attach(self)
     }
 
     deinit { shutdown() }
 
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux.
+        // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux. The scheduler sends no
+        // deadline at or past 2^62 ns: libdispatch reads 2^63 and above as a time already
+        // past, and a source armed there fires, finds nothing due and re-arms, forever.
         let when: DispatchTime = deadline == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: max(deadline.nanoseconds, 1))
         source.schedule(deadline: when, repeating: .never, leeway: .nanoseconds(0))
     }
 
+    /// Cancels every timer and the native source. From another thread (a block on the
+    /// queue this backend targets included) it returns once no handler of this backend is
+    /// running; from inside a handler it returns at once and that handler finishes after.
     public func shutdown() {
         guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
+        // An event already queued finds the scheduler shut down and returns at once.
         source.cancel()
-        // Wait for a handler call already on the queue to finish, unless we are on it.
-        if DispatchQueue.getSpecific(key: Self.queueKey) != ObjectIdentifier(self) {
-            queue.sync {}
-        }
     }
 }

@@ -5,6 +5,10 @@ import Glibc
 /// Not `Synchronization.Mutex`: ThreadSanitizer cannot see its futex and reports false
 /// races inside `withLock`, which would make `swift test --sanitize=thread` useless.
 /// The pthread mutex lives at a stable heap address, so it is never moved while locked.
+///
+/// Debug builds make it error-checking: a thread that locks it twice crashes with a message
+/// naming the lock instead of hanging, which turns a broken "no user code under a lock"
+/// rule into a failing test rather than a stuck CI run.
 package final class PThreadMutex: @unchecked Sendable {
     // @unchecked: the only state is the pthread mutex, which is itself the synchronisation.
     package let raw: UnsafeMutablePointer<pthread_mutex_t>
@@ -12,7 +16,14 @@ package final class PThreadMutex: @unchecked Sendable {
     package init() {
         raw = .allocate(capacity: 1)
         raw.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(raw, nil)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        #if DEBUG
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+        #endif
+        let rc = pthread_mutex_init(raw, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+        precondition(rc == 0, "TimerKit: pthread_mutex_init failed: errno \(rc)")
     }
 
     deinit {
@@ -21,13 +32,22 @@ package final class PThreadMutex: @unchecked Sendable {
         raw.deallocate()
     }
 
-    @inline(__always) package func lock() { pthread_mutex_lock(raw) }
-    @inline(__always) package func unlock() { pthread_mutex_unlock(raw) }
+    @inline(__always) package func lock() {
+        let rc = pthread_mutex_lock(raw)
+        precondition(rc == 0, rc == EDEADLK
+            ? "TimerKit: a lock was taken again by the thread that holds it (user code ran under a TimerKit lock?)"
+            : "TimerKit: pthread_mutex_lock failed: errno \(rc)")
+    }
+
+    @inline(__always) package func unlock() {
+        let rc = pthread_mutex_unlock(raw)
+        precondition(rc == 0, "TimerKit: pthread_mutex_unlock failed: errno \(rc) (unlocked by a thread that does not hold it?)")
+    }
 
     @inline(__always)
     package func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
-        pthread_mutex_lock(raw)
-        defer { pthread_mutex_unlock(raw) }
+        lock()
+        defer { unlock() }
         return try body()
     }
 }
@@ -40,11 +60,11 @@ package final class PThreadCondition: @unchecked Sendable {
     package init() {
         raw = .allocate(capacity: 1)
         raw.initialize(to: pthread_cond_t())
-        var attr = pthread_condattr_t()
-        pthread_condattr_init(&attr)
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
-        pthread_cond_init(raw, &attr)
-        pthread_condattr_destroy(&attr)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(raw, &attributes)
+        pthread_condattr_destroy(&attributes)
     }
 
     deinit {
@@ -54,12 +74,9 @@ package final class PThreadCondition: @unchecked Sendable {
     }
 
     /// Waits until signalled; the caller holds `mutex`.
-    package func wait(_ mutex: PThreadMutex) { pthread_cond_wait(raw, mutex.raw) }
-
-    /// Waits until signalled or until the monotonic deadline; returns false on time-out.
-    package func wait(_ mutex: PThreadMutex, until deadline: MonotonicInstant) -> Bool {
-        var ts = timespecOf(nanoseconds: deadline.nanoseconds)
-        return pthread_cond_timedwait(raw, mutex.raw, &ts) == 0
+    package func wait(_ mutex: PThreadMutex) {
+        let rc = pthread_cond_wait(raw, mutex.raw)
+        precondition(rc == 0, "TimerKit: pthread_cond_wait failed: errno \(rc)")
     }
 
     package func broadcast() { pthread_cond_broadcast(raw) }

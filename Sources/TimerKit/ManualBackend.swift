@@ -31,7 +31,6 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
 
     deinit { scheduler.shutdown() }
 
-
     /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
     /// lets tests check that the core re-arms only when the earliest deadline changes.
     public var requestedWakeUp: MonotonicInstant { mutex.withLock { wakeRequest } }
@@ -51,7 +50,7 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     }
 
     /// Moves virtual time forward by `duration`, firing everything that comes due.
-    /// A negative duration does nothing.
+    /// A negative duration does nothing; a huge one saturates at the end of time.
     public func advance(by duration: Duration) {
         advance(to: clock.now + max(duration, .zero))
     }
@@ -62,6 +61,10 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// Called from inside a handler, it moves the clock without firing anything: that is how
     /// a test makes a handler "take" virtual time (to exercise the missed-tick policies);
     /// what came due fires after the handler returns.
+    ///
+    /// Each due tick runs in turn, so advancing far past a repeating timer runs every tick of
+    /// it on the way (`.skip` drops none: each one is on time in virtual time). Deadlines at
+    /// or past `TimerScheduler.horizon` never come, however far the clock moves.
     public func advance(to deadline: MonotonicInstant) {
         let reentrant = mutex.withLock {
             guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
@@ -77,7 +80,8 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
         }
         while true {
             let next = mutex.withLock { wakeRequest }
-            guard next <= deadline else { break }
+            // `.distantFuture` is "nothing pending", even when `deadline` is the end of time.
+            guard next != .distantFuture, next <= deadline else { break }
             mutex.withLock { wakeRequest = .distantFuture }
             clock.move(to: next)
             scheduler.fireDueTimers()

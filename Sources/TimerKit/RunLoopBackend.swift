@@ -1,6 +1,5 @@
 import CoreFoundation
 import Foundation
-import Synchronization
 
 /// A backend on a Foundation `RunLoop`, with run-loop modes that behave as on iOS.
 ///
@@ -38,8 +37,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     private let runLoop: RunLoop
     private let cfRunLoop: CFRunLoop
     private let registry: TimerRegistry
-    private let thread: LoopThread?
-    private let stopFlag = StopFlag()
+    private let loop: OwnedLoop?
     private let mutex = PThreadMutex()
     @exclusivity(unchecked) private var views: [RunLoop.Mode: ModeView] = [:]
     @exclusivity(unchecked) private var isShutDown = false
@@ -48,16 +46,16 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     /// - Throws: `TimerError.systemCall` if the thread cannot start.
     public init(registry: TimerRegistry = .shared) throws(TimerError) {
         let started = StartSignal<LoopRefs>()
-        let stopFlag = self.stopFlag
-        let thread = try LoopThread {
+        let loop = try OwnedLoop({ loop in
             started.send(LoopRefs(runLoop: RunLoop.current, cfRunLoop: CFRunLoopGetCurrent()))
-            // The default mode's native timer keeps the loop from returning at once.
-            while !stopFlag.stopped.load(ordering: .acquiring) {
+            // The default mode's native timer keeps the loop from returning at once; it is
+            // invalidated only after this thread has been joined.
+            while !loop.isStopping {
                 _ = RunLoop.current.run(mode: .default, before: .distantFuture)
             }
-        }
+        }, release: {})
         guard let refs = started.receive() else { throw .systemCall(call: "pthread_create", errno: EAGAIN) }
-        self.thread = thread
+        self.loop = loop
         self.runLoop = refs.runLoop
         self.cfRunLoop = refs.cfRunLoop
         self.registry = registry
@@ -78,7 +76,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
             runLoop = .main
             cfRunLoop = CFRunLoopGetMain()
         }
-        self.thread = nil
+        self.loop = nil
         self.registry = registry
         self.isAttached = true
         let view = ModeView(mode: .default, runLoop: runLoop, registry: registry)
@@ -108,7 +106,8 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     }
 
     /// Cancels the timers of every mode and removes the native timers; an owned loop is
-    /// stopped and its thread joined (unless called from one of its handlers).
+    /// stopped and its thread joined (unless called from one of its handlers). From another
+    /// thread it returns once no handler of this backend is running.
     public func shutdown() {
         let toStop: [ModeView] = mutex.withLock {
             guard !isShutDown else { return [] }
@@ -116,16 +115,19 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
             return Array(views.values)
         }
         guard !toStop.isEmpty else { return }
-        for view in toStop { view.shutdown() }
-        guard let thread else { return }
-        stopFlag.stopped.store(true, ordering: .releasing)
-        CFRunLoopStop(cfRunLoop)   // wakes the loop; remembered if it is not running yet
-        if thread.isCurrent { thread.detach() } else { thread.join() }
+        for view in toStop { view.scheduler.shutdown() }
+        if let loop {
+            // A bare CFRunLoopStop is lost when it lands between two runs (each run starts
+            // with the stop flag cleared); a block queued on the loop is not, and the loop
+            // stops itself when it runs it.
+            let runLoop = self.runLoop, cfRunLoop = self.cfRunLoop
+            loop.stop {
+                runLoop.perform { CFRunLoopStop(CFRunLoopGetCurrent()) }
+                CFRunLoopWakeUp(cfRunLoop)
+            }
+        }
+        for view in toStop { view.removeNativeTimer() }
     }
-}
-
-private final class StopFlag: Sendable {
-    let stopped = Atomic<Bool>(false)
 }
 
 /// The owned loop thread's run loop, handed to `init` (both are thread-safe CF objects).
@@ -169,6 +171,8 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
 
     func shutdown() {
         scheduler.shutdown()
-        timer.invalidate()
+        removeNativeTimer()
     }
+
+    func removeNativeTimer() { timer.invalidate() }
 }

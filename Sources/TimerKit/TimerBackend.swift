@@ -37,7 +37,9 @@ extension TimerBackend {
     /// - Parameters:
     ///   - schedule: `.after(_:)`, `.at(_:)` or `.every(_:firstAfter:count:)`.
     ///   - name: a unique name for the registry; nil generates `timer#<id>`.
-    ///   - tolerance: how late the timer may fire, so wake-ups can be coalesced.
+    ///   - tolerance: how late the timer may fire, so wake-ups can be coalesced. A lone timer
+    ///     fires at the end of its window; a repeating timer's tolerance is capped at half its
+    ///     interval (as Core Foundation does), so it never costs a tick.
     ///   - missedTicks: what a repeating timer does with ticks it was too late for.
     ///   - handler: runs once per tick, serially with the backend's other handlers.
     /// - Throws: `TimerError` naming the bad value: negative or non-finite durations, a zero
@@ -61,14 +63,12 @@ extension TimerBackend {
         missedTicks: MissedTickPolicy = .skip,
         action: @escaping @Sendable (Target, Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
-        let weakTarget = WeakTarget(target)
+        let reference = WeakReference(target)
         return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks,
-                                      target: weakTarget) { tick in
-            guard let target = weakTarget.target else {
-                tick.timer.cancel()
-                return
-            }
-            action(target, tick)
+                                      target: reference) { tick in
+            // The fire path has checked the target and keeps it alive for this call.
+            guard let object = reference.object else { return }
+            action(unsafeDowncast(object, to: Target.self), tick)
         }
     }
 }

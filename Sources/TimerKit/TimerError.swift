@@ -1,11 +1,18 @@
+import Glibc
+
 /// Every failure TimerKit reports. Each case names the value that was wrong.
-public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
+///
+/// Errors compare equal when they name the same values; NaN counts as equal to NaN here,
+/// so `#expect(throws: TimerError.nonFiniteSeconds(parameter: "delay", value: .nan))` matches.
+public indirect enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A duration parameter was negative.
     case negativeDuration(parameter: String, value: Duration)
     /// A duration given in seconds was NaN or infinite.
     case nonFiniteSeconds(parameter: String, value: Double)
     /// A repeat interval was zero: the timer would fire in a busy loop.
     case zeroInterval(parameter: String)
+    /// A repeat interval was positive but shorter than the 1 ns the clocks resolve.
+    case intervalBelowOneNanosecond(parameter: String, seconds: Double)
     /// A repeat count was zero or negative.
     case invalidCount(Int)
     /// A timer name was empty.
@@ -20,6 +27,9 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     case timerEnded(name: String, state: TimerState)
     /// The backend was shut down.
     case backendShutDown(backend: String)
+    /// The backend's loop stopped on an error it could not recover from; its timers were
+    /// cancelled. `cause` is what the loop reported.
+    case loopFailed(backend: String, cause: TimerError)
     /// A frame rate was zero, negative, NaN or above the supported maximum.
     case invalidFrameRate(Double)
     /// An option was outside its allowed range.
@@ -34,6 +44,8 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .negativeDuration(parameter, value): "\(parameter) must not be negative (got \(value))"
         case let .nonFiniteSeconds(parameter, value): "\(parameter) must be a finite number of seconds (got \(value))"
         case let .zeroInterval(parameter): "\(parameter) must be greater than zero"
+        case let .intervalBelowOneNanosecond(parameter, seconds):
+            "\(parameter) must be at least 1 ns, the clocks' resolution (got \(seconds) s)"
         case let .invalidCount(count): "repeat count must be at least 1 (got \(count))"
         case .emptyName: "timer name must not be empty"
         case let .reservedName(name): "timer name '\(name)' starts with 'timer#', which is kept for generated names; choose another"
@@ -41,12 +53,34 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .noSuchTimer(name): "no timer named '\(name)' is registered"
         case let .timerEnded(name, state): "timer '\(name)' is \(state); it cannot be changed"
         case let .backendShutDown(backend): "the \(backend) backend has been shut down"
+        case let .loopFailed(backend, cause): "the \(backend) backend's loop stopped: \(cause)"
         case let .invalidFrameRate(rate): "frame rate must be in 1...1000 Hz (got \(rate))"
         case let .invalidOption(name, value, allowed): "\(name) must be in \(allowed) (got \(value))"
         case let .systemCall(call, errno): "\(call) failed: errno \(errno) (\(String(cString: strerror(errno))))"
         case let .nativeFailure(backend, call): "\(backend): \(call) failed"
         }
     }
-}
 
-import Glibc
+    public static func == (lhs: TimerError, rhs: TimerError) -> Bool {
+        func same(_ a: Double, _ b: Double) -> Bool { a == b || (a.isNaN && b.isNaN) }
+        switch (lhs, rhs) {
+        case let (.negativeDuration(p1, v1), .negativeDuration(p2, v2)): return p1 == p2 && v1 == v2
+        case let (.nonFiniteSeconds(p1, v1), .nonFiniteSeconds(p2, v2)): return p1 == p2 && same(v1, v2)
+        case let (.zeroInterval(p1), .zeroInterval(p2)): return p1 == p2
+        case let (.intervalBelowOneNanosecond(p1, v1), .intervalBelowOneNanosecond(p2, v2)): return p1 == p2 && same(v1, v2)
+        case let (.invalidCount(c1), .invalidCount(c2)): return c1 == c2
+        case (.emptyName, .emptyName): return true
+        case let (.reservedName(n1), .reservedName(n2)): return n1 == n2
+        case let (.duplicateName(n1), .duplicateName(n2)): return n1 == n2
+        case let (.noSuchTimer(n1), .noSuchTimer(n2)): return n1 == n2
+        case let (.timerEnded(n1, s1), .timerEnded(n2, s2)): return n1 == n2 && s1 == s2
+        case let (.backendShutDown(b1), .backendShutDown(b2)): return b1 == b2
+        case let (.loopFailed(b1, c1), .loopFailed(b2, c2)): return b1 == b2 && c1 == c2
+        case let (.invalidFrameRate(r1), .invalidFrameRate(r2)): return same(r1, r2)
+        case let (.invalidOption(n1, v1, a1), .invalidOption(n2, v2, a2)): return n1 == n2 && v1 == v2 && a1 == a2
+        case let (.systemCall(c1, e1), .systemCall(c2, e2)): return c1 == c2 && e1 == e2
+        case let (.nativeFailure(b1, c1), .nativeFailure(b2, c2)): return b1 == b2 && c1 == c2
+        default: return false
+        }
+    }
+}

@@ -1,22 +1,23 @@
 import Glibc
 
-/// Something that can tell whether a weakly held target is still alive.
-protocol TargetProbe: AnyObject, Sendable {
-    var isTargetAlive: Bool { get }
+/// Holds a timer's target weakly, as NSProxy does for NSTimer, so a timer never keeps its
+/// target alive.
+///
+/// Load `object` only outside every TimerKit lock: the strong reference a load makes can be
+/// the last one if another thread lets the target go meanwhile, and then the target's
+/// `deinit` (user code) runs where the reference is dropped.
+final class WeakReference: @unchecked Sendable {
+    // @unchecked: `object` is immutable and the referent was `Sendable` when stored (the
+    // only initialiser takes a `Sendable` object); a weak load is thread-safe.
+    weak let object: AnyObject?
+    init(_ object: some AnyObject & Sendable) { self.object = object }
 }
 
-/// Holds a target weakly, as NSProxy does for NSTimer, so a timer never keeps its target alive.
-final class WeakTarget<Target: AnyObject & Sendable>: TargetProbe {
-    weak let target: Target?
-    init(_ target: Target) { self.target = target }
-    var isTargetAlive: Bool { target != nil }
-}
-
-/// Fields few timers use, kept out of line so that a plain timer stays small.
+/// Fields few timers use, kept out of line so that a plain timer stays small. Written and
+/// read only under the scheduler's lock.
 final class TimerExtras {
     var tolerance: UInt64 = 0
     var observers: [TimerObserver] = []
-    var target: (any TargetProbe)?
 }
 
 /// A scheduled timer: the value every `schedule` call returns.
@@ -37,6 +38,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     let scheduler: TimerScheduler
     @exclusivity(unchecked) var state: TimerState = .scheduled
     @exclusivity(unchecked) var policy: MissedTickPolicy
+    /// Calls of the handler under way (a handler that runs its loop nested can make two).
+    @exclusivity(unchecked) var activeCalls: UInt16 = 0
     @exclusivity(unchecked) var heapIndex: Int32 = -1
     @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
     /// The next due grid point: advanced one interval as a tick fires; moved by the
@@ -49,10 +52,14 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @exclusivity(unchecked) var remaining: Int
     @exclusivity(unchecked) var fires: Int = 0
     @exclusivity(unchecked) var extras: TimerExtras?
+    /// The target of a target-action timer, held weakly; immutable, so any thread may read
+    /// the reference (but see `WeakReference` about loading the object).
+    let target: WeakReference?
 
     init(id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
-         policy: MissedTickPolicy, extras: TimerExtras?, handler: @escaping @Sendable (Tick) -> Void) {
+         policy: MissedTickPolicy, extras: TimerExtras?, target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void) {
         self.extras = extras
+        self.target = target
         self.id = id
         self.customName = name
         self.scheduler = scheduler
@@ -79,12 +86,25 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public var fireCount: Int { scheduler.mutex.withLock { fires } }
 
     /// A point-in-time view: name, backend, state, fires, next deadline.
-    public var snapshot: TimerSnapshot { scheduler.mutex.withLock { unlockedSnapshot() } }
+    public var snapshot: TimerSnapshot { scheduler.mutex.withLock { snapshotLocked() } }
 
-    func unlockedSnapshot() -> TimerSnapshot {
+    /// The snapshot of a timer that is still live (scheduled or suspended), nil once it has
+    /// ended: what the registry lists, read in one critical section so no ended timer slips in.
+    var liveSnapshot: TimerSnapshot? {
+        scheduler.mutex.withLock { state.hasEnded ? nil : snapshotLocked() }
+    }
+
+    private func snapshotLocked() -> TimerSnapshot {
         TimerSnapshot(name: name, backend: scheduler.backendName, state: state, fires: fires,
                       nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: deadline) : nil,
                       interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
+    }
+
+    /// Whether this is a target-action timer whose target has been released. Call it only
+    /// outside TimerKit's locks (see `WeakReference`).
+    var hasReleasedTarget: Bool {
+        guard let target else { return false }
+        return target.object == nil
     }
 
     /// Stops the timer. Idempotent; never throws. After it returns no new handler call
@@ -92,7 +112,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public func cancel() { scheduler.cancel(self, finalState: .cancelled) }
 
     /// Cancels, then waits until a handler call of this timer that is already running has
-    /// returned. Called from inside that handler it returns at once instead of deadlocking.
+    /// returned: once it returns, no handler of this timer is running or will run. Called from
+    /// inside that handler it returns at once instead of deadlocking.
     public func cancelAndWait() {
         cancel()
         scheduler.waitUntilIdle(self)

@@ -1,4 +1,6 @@
-/// An indexed binary min-heap of timers keyed by their latest permitted fire time.
+/// An indexed binary min-heap of timers keyed by their latest permitted fire time, then by
+/// a sequence number, so timers with equal deadlines fire in the order they were queued
+/// (as SwiftNIO's `ScheduledTask` and libuv's `start_id` do).
 ///
 /// Each timer records its slot (`heapIndex`), so removing an arbitrary timer is O(log n)
 /// with no search. Entries are plain data: the key sits beside an unmanaged reference, so
@@ -8,7 +10,13 @@
 struct TimerHeap {
     struct Entry {
         var key: UInt64
+        var sequence: UInt64
         let timer: Unmanaged<TimerHandle>
+
+        @inline(__always)
+        func precedes(_ other: Entry) -> Bool {
+            key < other.key || (key == other.key && sequence < other.sequence)
+        }
     }
 
     private var entries: ContiguousArray<Entry> = []
@@ -22,8 +30,8 @@ struct TimerHeap {
         return (first.key, first.timer.takeUnretainedValue())
     }
 
-    mutating func insert(_ timer: TimerHandle, key: UInt64) {
-        entries.append(Entry(key: key, timer: .passRetained(timer)))
+    mutating func insert(_ timer: TimerHandle, key: UInt64, sequence: UInt64) {
+        entries.append(Entry(key: key, sequence: sequence, timer: .passRetained(timer)))
         siftUp(from: entries.count - 1)
     }
 
@@ -33,6 +41,7 @@ struct TimerHeap {
         return remove(at: 0)
     }
 
+    /// Takes `timer` out. The caller holds its own reference, so the heap's is never the last.
     @discardableResult
     mutating func remove(_ timer: TimerHandle) -> Bool {
         let index = Int(timer.heapIndex)
@@ -41,13 +50,14 @@ struct TimerHeap {
         return true
     }
 
-    /// Moves `timer`, already in the heap, to `key`.
-    mutating func update(_ timer: TimerHandle, key: UInt64) {
+    /// Moves `timer`, already in the heap, to `key`, queued after every entry of equal key.
+    mutating func update(_ timer: TimerHandle, key: UInt64, sequence: UInt64) {
         let index = Int(timer.heapIndex)
         guard index >= 0, index < entries.count else { return }
-        let old = entries[index].key
+        let old = entries[index]
         entries[index].key = key
-        if key < old { siftUp(from: index) } else { siftDown(from: index) }
+        entries[index].sequence = sequence
+        if entries[index].precedes(old) { siftUp(from: index) } else { siftDown(from: index) }
     }
 
     /// Drops every entry whose timer fails `keep`, then restores heap order in O(n).
@@ -88,7 +98,7 @@ struct TimerHeap {
         let last = entries.removeLast()
         if index < entries.count {
             entries[index] = last
-            if index > 0 && last.key < entries[(index - 1) / 2].key {
+            if index > 0 && last.precedes(entries[(index - 1) / 2]) {
                 siftUp(from: index)
             } else {
                 siftDown(from: index)
@@ -111,7 +121,7 @@ struct TimerHeap {
             let moving = heap[index]
             while index > 0 {
                 let parent = (index - 1) / 2
-                guard moving.key < heap[parent].key else { break }
+                guard moving.precedes(heap[parent]) else { break }
                 Self.place(heap[parent], at: index, in: heap)
                 index = parent
             }
@@ -127,8 +137,8 @@ struct TimerHeap {
             while true {
                 var child = 2 * index + 1
                 guard child < count else { break }
-                if child + 1 < count && heap[child + 1].key < heap[child].key { child += 1 }
-                guard heap[child].key < moving.key else { break }
+                if child + 1 < count && heap[child + 1].precedes(heap[child]) { child += 1 }
+                guard heap[child].precedes(moving) else { break }
                 Self.place(heap[child], at: index, in: heap)
                 index = child
             }

@@ -6,6 +6,11 @@ import Synchronization
 /// them up, cancel, suspend or resume them by name or all at once, take snapshots, and add
 /// observers that run around every handler call. Thread-safe; lookups are O(1).
 ///
+/// It is a name index and nothing more: it holds no lock while timer code runs, and it
+/// never scans timers on a lookup. A target-action timer whose target has been released
+/// ends at its next due time (the proxy checks at fire time), when it is looked up by name,
+/// in an O(n) listing (`snapshot()`, `names`), or at `cancelTimersOfReleasedTargets()`.
+///
 /// `TimerRegistry.shared` is the process-wide default; tests and libraries that want
 /// isolation create their own and pass it to their backends.
 public final class TimerRegistry: @unchecked Sendable {
@@ -32,8 +37,6 @@ public final class TimerRegistry: @unchecked Sendable {
     @exclusivity(unchecked) private var pendingRemovals: [TimerHandle] = []
     private static let removalBatch = 256
     @exclusivity(unchecked) private var idByName: [String: UInt64] = [:]
-    /// Timers whose target is held weakly: checked for a dead target on every read.
-    @exclusivity(unchecked) private var targeted: [UInt64: TimerHandle] = [:]
     @exclusivity(unchecked) private var observers: [(token: UInt64, observer: TimerObserver)] = []
     @exclusivity(unchecked) private var nextObserverToken: UInt64 = 1
     private let observerCount = Atomic<Int>(0)
@@ -67,7 +70,7 @@ public final class TimerRegistry: @unchecked Sendable {
     }
 
     /// Registers the timer `make` builds for a fresh id; refuses a duplicate `name`.
-    func register(name: String?, hasTarget: Bool, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
+    func register(name: String?, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
         var flushed: [TimerHandle] = []
         defer { withExtendedLifetime(flushed) {} }
         return try mutex.withLock { () throws(TimerError) in
@@ -87,7 +90,6 @@ public final class TimerRegistry: @unchecked Sendable {
             slots[Int(slot)].timer = timer
             liveCount += 1
             if let name { idByName[name] = id }
-            if hasTarget { targeted[id] = timer }
             return timer
         }
     }
@@ -127,7 +129,6 @@ public final class TimerRegistry: @unchecked Sendable {
                 freeSlots.append(UInt32(slot))
             }
             if let name = timer.customName { idByName[name] = nil }
-            if !targeted.isEmpty { targeted[timer.id] = nil }
             released.append(current)
         }
         pendingRemovals.removeAll(keepingCapacity: true)
@@ -161,16 +162,6 @@ public final class TimerRegistry: @unchecked Sendable {
         withCurrent { liveTimers.filter { $0.scheduler === scheduler } }
     }
 
-    /// Cancels timers whose weakly held target has gone (the proxy's promise that a dead
-    /// target's timers leave the registry), so every read below sees only live timers.
-    private func endOrphans() {
-        let orphans: [TimerHandle] = withCurrent {
-            guard !targeted.isEmpty else { return [] }
-            return targeted.values.filter { !($0.extras?.target?.isTargetAlive ?? true) }
-        }
-        for timer in orphans { timer.cancel() }
-    }
-
     private func lookup(_ name: String) -> TimerHandle? {
         withCurrent {
             if let id = Self.generatedID(name) { return timer(id: id) }
@@ -178,38 +169,62 @@ public final class TimerRegistry: @unchecked Sendable {
         }
     }
 
-    /// The live timer registered as `name`, or nil.
-    public func timer(named name: String) -> TimerHandle? {
-        endOrphans()
-        return lookup(name)
+    /// The live timers, after ending those whose target has been released. The targets are
+    /// checked here, outside the lock (see `WeakReference`).
+    private func liveTimersEndingOrphans() -> [TimerHandle] {
+        var live: [TimerHandle] = []
+        for timer in withCurrent({ liveTimers }) {
+            if timer.hasReleasedTarget { timer.cancel() } else { live.append(timer) }
+        }
+        return live
     }
 
-    /// The number of live (scheduled or suspended) timers.
-    public var count: Int {
-        endOrphans()
-        return withCurrent { liveCount }
+    /// The live timer registered as `name`, or nil. A target-action timer whose target has
+    /// been released is ended here and not returned.
+    public func timer(named name: String) -> TimerHandle? {
+        guard let timer = lookup(name) else { return nil }
+        if timer.hasReleasedTarget {
+            timer.cancel()
+            return nil
+        }
+        return timer
     }
+
+    /// The number of registered (scheduled or suspended) timers. O(1): it counts a
+    /// target-action timer whose target was just released until that timer comes due or a
+    /// listing or `cancelTimersOfReleasedTargets()` ends it.
+    public var count: Int { withCurrent { liveCount } }
 
     /// The names of all live timers, sorted.
-    public var names: [String] {
-        endOrphans()
-        return withCurrent { liveTimers }.map(\.name).sorted()
-    }
+    public var names: [String] { snapshot().map(\.name) }
 
-    /// A snapshot of every live timer, sorted by name.
+    /// A snapshot of every live timer, sorted by name. Timers that end while it is taken are
+    /// left out, never listed as ended.
     public func snapshot() -> [TimerSnapshot] {
-        endOrphans()
-        return withCurrent { liveTimers }.map(\.snapshot).sorted { $0.name < $1.name }
+        liveTimersEndingOrphans().compactMap(\.liveSnapshot).sorted { $0.name < $1.name }
     }
 
     /// A snapshot of the timer registered as `name`.
     public func snapshot(named name: String) throws(TimerError) -> TimerSnapshot {
-        try existing(name).snapshot
+        guard let snapshot = try existing(name).liveSnapshot else { throw .noSuchTimer(name) }
+        return snapshot
+    }
+
+    /// Ends every target-action timer whose target has been released and returns how many
+    /// it ended. (They also end by themselves when they next come due.)
+    @discardableResult
+    public func cancelTimersOfReleasedTargets() -> Int {
+        let candidates = withCurrent { liveTimers }
+        var ended = 0
+        for timer in candidates where timer.hasReleasedTarget && timer.isActive {
+            timer.cancel()
+            ended += 1
+        }
+        return ended
     }
 
     private func existing(_ name: String) throws(TimerError) -> TimerHandle {
-        endOrphans()
-        guard let timer = lookup(name) else { throw .noSuchTimer(name) }
+        guard let timer = timer(named: name) else { throw .noSuchTimer(name) }
         return timer
     }
 
@@ -229,12 +244,12 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Suspends every live timer. Timers that end meanwhile are skipped.
     public func suspendAll() {
-        for timer in withCurrent({ liveTimers }) { try? timer.suspend() }
+        for timer in liveTimersEndingOrphans() { try? timer.suspend() }
     }
 
     /// Resumes every suspended timer. Timers that end meanwhile are skipped.
     public func resumeAll() {
-        for timer in withCurrent({ liveTimers }) { try? timer.resume() }
+        for timer in liveTimersEndingOrphans() { try? timer.resume() }
     }
 
     /// Adds hooks that run around every handler call of every timer in this registry.
@@ -250,12 +265,17 @@ public final class TimerRegistry: @unchecked Sendable {
         }
     }
 
-    /// Removes the observer that `addObserver(_:)` returned `token` for.
+    /// Removes the observer that `addObserver(_:)` returned `token` for. A handler call
+    /// already under way may still run its hooks.
     public func removeObserver(_ token: UInt64) {
-        mutex.withLock {
+        // The removed hooks are released after unlocking: their captures' deinits are user code.
+        let removed: [TimerObserver] = mutex.withLock {
+            let removed = observers.filter { $0.token == token }.map(\.observer)
             observers.removeAll { $0.token == token }
             observerCount.store(observers.count, ordering: .releasing)
+            return removed
         }
+        withExtendedLifetime(removed) {}
     }
 
     /// The observers to run around a handler call; no lock when there are none.

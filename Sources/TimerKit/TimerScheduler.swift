@@ -42,13 +42,24 @@ public final class VirtualClock: @unchecked Sendable {
 /// every timer, the ordering, the state machine and the repeat arithmetic; the driver only
 /// wakes the loop and calls `TimerScheduler.fireDueTimers()` there. This keeps every
 /// backend's semantics identical and lets a comparison measure just the wake-up mechanism.
+///
+/// ## Threading rules
+///
+/// `wake(at:)` is called **with the scheduler's lock held**, from any thread: the loop's own
+/// (re-arming after a fire) or any other (a `schedule`, `resume` or `cancel` there). So it:
+/// - never blocks and never waits for the loop (no `event_del` that waits for a running
+///   callback, no `queue.sync`, no join): the loop may be waiting for this very lock;
+/// - never calls back into the scheduler, the registry or user code;
+/// - only records or arms the request, and returns.
+///
+/// Deadlines it is given are below `TimerScheduler.horizon` (2^62 ns, about 146 years of
+/// uptime), which every native timer represents; later deadlines never come and arrive as
+/// `.distantFuture`, which means "disarm".
 public protocol TimerDriver: AnyObject, Sendable {
     /// Arranges for `fireDueTimers()` to run on the loop at `deadline` (or as soon as
     /// possible when it is past); `.distantFuture` disarms. Replaces any earlier request.
-    ///
-    /// Called from any thread while the scheduler's lock is held: it must be quick and must
-    /// not call back into the scheduler. Throws when the native mechanism refuses (e.g.
-    /// libevent's `event_add` returning -1); the scheduler undoes the change that needed it.
+    /// Throws when the native mechanism refuses (e.g. libevent's `event_add` returning -1):
+    /// the scheduler undoes the change that needed it, or, inside the loop, stops with it.
     func wake(at deadline: MonotonicInstant) throws(TimerError)
 }
 
@@ -57,9 +68,25 @@ public protocol TimerDriver: AnyObject, Sendable {
 ///
 /// Backends create one, `attach` their driver, and call `fireDueTimers()` on their loop
 /// when woken. Handlers of one scheduler run serially on that loop.
+///
+/// ## The rule that keeps it from hanging
+///
+/// No user code runs while `mutex` is held, and neither does the release of anything user
+/// code owns: handler closures and their captures, targets, observers, ticks, and timer
+/// handles (whose last release frees the closures they hold). The fire path takes a due
+/// timer out under the lock, copies what the call needs, unlocks, makes the call, and lets
+/// those copies go before it locks again; timers and closures the lock-holding code lets go
+/// of are collected and released after unlocking (as SwiftNIO's `runOneLoopTick` and
+/// tokio's `process_at_sharded_time` do). A debug build's mutex is error-checking, so a
+/// breach that re-enters the lock crashes with a message instead of hanging.
 public final class TimerScheduler: @unchecked Sendable {
-    // @unchecked: every mutable stored property is guarded by `mutex`, except
-    // `hasObservers`-style reads that go through atomics in the registry.
+    // @unchecked: every mutable stored property is guarded by `mutex`; `shutDownFlag` is atomic.
+
+    /// Deadlines at or after this instant (2^62 ns after the clock's origin, about 146 years
+    /// of uptime) never come: timers due there stay scheduled but never fire, and no driver
+    /// is armed for them. It keeps "park it forever" deadlines (`.seconds(Int64.max)`,
+    /// `.distantFuture`) away from native timers that read them as already past.
+    public static let horizon = MonotonicInstant(nanoseconds: 1 << 62)
 
     /// The backend's short name ("dispatch", "epoll", "manual", ...).
     public let backendName: String
@@ -69,24 +96,31 @@ public final class TimerScheduler: @unchecked Sendable {
     public let clock: SchedulerClock
 
     let mutex = PThreadMutex()
-    private let handlerReturned = PThreadCondition()
+    private let callReturned = PThreadCondition()
     // The properties below are only touched while holding `mutex`, which already makes
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).
     @exclusivity(unchecked) private var heap = TimerHeap()
     @exclusivity(unchecked) private weak var driver: (any TimerDriver)?
+    /// The key the driver is armed for; `.max` when it is not armed.
     @exclusivity(unchecked) private var armedKey: UInt64 = .max
     /// Heap entries whose timer is no longer scheduled (cancelled or suspended). They are
     /// dropped when they reach the top, or all at once when they outnumber the live ones,
     /// which makes cancel amortized O(1) and keeps the heap within twice the live timers.
     @exclusivity(unchecked) private var deadInHeap = 0
+    @exclusivity(unchecked) private var nextSequence: UInt64 = 0
     @exclusivity(unchecked) private var isShutDown = false
-    @exclusivity(unchecked) private var driverFailure: TimerError?
+    @exclusivity(unchecked) private var loopFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
     private let shutDownFlag = Atomic<Bool>(false)
-    @exclusivity(unchecked) private var running: TimerHandle?
-    @exclusivity(unchecked) private var runningThread = pthread_t()
-    @exclusivity(unchecked) private var waitersForIdle = 0
+    /// Handler calls under way (more than one only when a handler runs its loop nested).
+    @exclusivity(unchecked) private var callsInProgress = 0
+    /// The thread running `fireDueTimers`, valid while `callsInProgress > 0`.
+    @exclusivity(unchecked) private var firingThread = pthread_t()
+    @exclusivity(unchecked) private var waitersForCalls = 0
+
+    private static let horizonNanoseconds = horizon.nanoseconds
+    private static let delayThresholdNanoseconds: UInt64 = 5_000_000
 
     /// Creates a scheduler for the backend named `backendName`, registering into `registry`
     /// and reading deadlines on `clock`.
@@ -108,56 +142,60 @@ public final class TimerScheduler: @unchecked Sendable {
     /// Live timers waiting in the heap (not suspended ones).
     public var pendingCount: Int { mutex.withLock { heap.count - deadInHeap } }
 
-    /// The earliest deadline in the heap (including the tolerance), or nil: what a driver
-    /// asked to re-arm from its own loop should arm for.
-    public var earliestDeadline: MonotonicInstant? {
-        mutex.withLock { heap.topKey.map { MonotonicInstant(nanoseconds: $0) } }
-    }
+    /// Why the backend's loop stopped, if it stopped on an error (an `epoll_wait` failure, a
+    /// wake-up that could not be re-armed from inside the loop). The scheduler then shut
+    /// down and `schedule` throws `TimerError.loopFailed` carrying this. Nil otherwise.
+    public var failure: TimerError? { mutex.withLock { loopFailure } }
 
-    /// The last failure of the driver to re-arm from inside the loop, where no caller could
-    /// be told (the timer it concerned was cancelled). Nil when the driver never failed.
-    public var lastDriverFailure: TimerError? { mutex.withLock { driverFailure } }
-
-    /// Whether `shutdown()` has run.
+    /// Whether the scheduler has shut down (by `shutdown()` or a loop failure).
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
+
+    private func shutDownErrorLocked() -> TimerError {
+        loopFailure.map { .loopFailed(backend: backendName, cause: $0) } ?? .backendShutDown(backend: backendName)
+    }
 
     // MARK: Scheduling
 
     func schedule(_ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
-                  target: (any TargetProbe)?, handler: @escaping @Sendable (Tick) -> Void) throws(TimerError) -> TimerHandle {
+                  target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void) throws(TimerError) -> TimerHandle {
         if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
         if let name { try TimerRegistry.validate(name: name) }
-        if shutDownFlag.load(ordering: .relaxed) { throw .backendShutDown(backend: backendName) }
+        if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
         let resolved = try schedule.resolve(now: clock.now())
         var extras: TimerExtras?
-        if tolerance > .zero || target != nil {
+        if tolerance > .zero {
             extras = TimerExtras()
             extras?.tolerance = UInt64(tolerance.saturatingNanoseconds)
-            extras?.target = target
         }
-        let timer = try registry.register(name: name, hasTarget: target != nil) { id in
+        let timer = try registry.register(name: name) { id in
             TimerHandle(id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
-                        extras: extras, handler: handler)
+                        extras: extras, target: target, handler: handler)
         }
-        var armFailure: TimerError?
-        let inserted: Bool = mutex.withLock {
-            guard !isShutDown else { return false }
-            // A registry-wide cancel may have ended the timer between the two locks.
-            if timer.state == .scheduled {
-                do throws(TimerError) { try queueLocked(timer) } catch { armFailure = error }
-            }
-            return true
+        var refusal: TimerError?
+        mutex.lock()
+        if isShutDown {
+            refusal = shutDownErrorLocked()
+        } else if timer.state == .scheduled {   // a registry-wide cancel may have ended it already
+            do throws(TimerError) { try queueLocked(timer) } catch { refusal = error }
         }
-        if !inserted || armFailure != nil {
+        mutex.unlock()
+        if let refusal {
             timer.cancel()   // also takes it out of the registry
-            throw armFailure ?? .backendShutDown(backend: backendName)
+            throw refusal
         }
         return timer
     }
 
+    /// The heap key: the latest time the timer may fire. A repeating timer's tolerance is
+    /// capped at half its interval (as Core Foundation does), so a lone timer, which fires at
+    /// the end of its window, never misses a tick because of it. A deadline below the
+    /// horizon keeps its key below it, whatever the tolerance.
     @inline(__always)
     private func heapKey(_ timer: TimerHandle) -> UInt64 {
-        timer.deadline.saturatingAdd(timer.extras?.tolerance ?? 0)
+        guard let tolerance = timer.extras?.tolerance, tolerance > 0 else { return timer.deadline }
+        let allowed = timer.interval > 0 ? min(tolerance, timer.interval / 2) : tolerance
+        let latest = timer.deadline.saturatingAdd(allowed)
+        return timer.deadline < Self.horizonNanoseconds ? min(latest, Self.horizonNanoseconds - 1) : latest
     }
 
     /// Puts a scheduled timer in deadline order (inserting it, or reviving the dead entry it
@@ -165,8 +203,13 @@ public final class TimerScheduler: @unchecked Sendable {
     /// timer is taken out of the heap again and the error is rethrown.
     private func queueLocked(_ timer: TimerHandle) throws(TimerError) {
         let key = heapKey(timer)
-        if timer.heapIndex >= 0 { heap.update(timer, key: key) } else { heap.insert(timer, key: key) }
-        guard key < armedKey, timer.heapIndex == 0, let driver else { return }
+        nextSequence &+= 1
+        if timer.heapIndex >= 0 {
+            heap.update(timer, key: key, sequence: nextSequence)
+        } else {
+            heap.insert(timer, key: key, sequence: nextSequence)
+        }
+        guard timer.heapIndex == 0, key < armedKey, key < Self.horizonNanoseconds, let driver else { return }
         do throws(TimerError) {
             try driver.wake(at: MonotonicInstant(nanoseconds: key))
             armedKey = key
@@ -174,6 +217,14 @@ public final class TimerScheduler: @unchecked Sendable {
             heap.remove(timer)
             throw error
         }
+    }
+
+    /// Arms the driver for the earliest key, or disarms it when nothing can come due.
+    private func rearmLocked() throws(TimerError) {
+        let wanted = heap.topKey.flatMap { $0 < Self.horizonNanoseconds ? $0 : nil } ?? .max
+        guard wanted != armedKey, let driver else { return }
+        try driver.wake(at: wanted == .max ? .distantFuture : MonotonicInstant(nanoseconds: wanted))
+        armedKey = wanted
     }
 
     /// Called when `timer` stops being scheduled. Its heap entry stays (touching the heap
@@ -191,10 +242,11 @@ public final class TimerScheduler: @unchecked Sendable {
         }
         // The native wake-up stays armed for the old earliest deadline: the loop wakes once,
         // finds nothing due and re-arms. Cheaper than a re-arm per cancel when timers are
-        // cancelled in deadline order (timeouts). Only an empty heap disarms at once.
+        // cancelled in deadline order (timeouts). Only an empty heap disarms at once, and if
+        // that fails the loop wakes once for nothing.
         if heap.isEmpty, armedKey != .max {
             armedKey = .max
-            try? driver?.wake(at: .distantFuture)   // if disarming fails, the loop wakes once for nothing
+            try? driver?.wake(at: .distantFuture)
         }
         return dropped
     }
@@ -238,13 +290,16 @@ public final class TimerScheduler: @unchecked Sendable {
         registry.remove(timer)
     }
 
+    /// Returns once no call of `timer`'s handler is running, or at once when the caller is
+    /// the thread running it (a handler waiting for itself would never return).
     func waitUntilIdle(_ timer: TimerHandle) {
-        mutex.withLock {
-            guard running === timer, pthread_equal(runningThread, pthread_self()) == 0 else { return }
-            waitersForIdle += 1
-            while running === timer { handlerReturned.wait(mutex) }
-            waitersForIdle -= 1
+        mutex.lock()
+        while timer.activeCalls > 0 && pthread_equal(firingThread, pthread_self()) == 0 {
+            waitersForCalls += 1
+            callReturned.wait(mutex)
+            waitersForCalls -= 1
         }
+        mutex.unlock()
     }
 
     func suspend(_ timer: TimerHandle) throws(TimerError) {
@@ -260,11 +315,12 @@ public final class TimerScheduler: @unchecked Sendable {
     func resume(_ timer: TimerHandle) throws(TimerError) {
         try mutex.withLock { () throws(TimerError) in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
+            if isShutDown { throw shutDownErrorLocked() }
             guard timer.state == .suspended else { return }
             timer.state = .scheduled
+            if timer.heapIndex >= 0 { deadInHeap -= 1 }   // its dead entry comes back to life
             // A handler that suspends and resumes its own timer is re-queued when it returns.
-            if timer.heapIndex >= 0 { deadInHeap -= 1 }
-            guard running !== timer else { return }
+            guard timer.activeCalls == 0 else { return }
             do throws(TimerError) { try queueLocked(timer) } catch {
                 timer.state = .suspended   // left as it was, so the caller may retry
                 throw error
@@ -275,7 +331,7 @@ public final class TimerScheduler: @unchecked Sendable {
     func reschedule(_ timer: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
         try mutex.withLock { () throws(TimerError) in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
-            if isShutDown { throw .backendShutDown(backend: backendName) }
+            if isShutDown { throw shutDownErrorLocked() }
             let resolved = try schedule.resolve(now: clock.now())
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
@@ -287,7 +343,8 @@ public final class TimerScheduler: @unchecked Sendable {
                     throw error
                 }
             } else if timer.heapIndex >= 0 {
-                // A suspended timer's dead entry: its place is found again on resume.
+                // A suspended timer's dead entry: its place is found again on resume. The
+                // caller holds the timer, so the heap's reference is not the last one.
                 heap.remove(timer)
                 deadInHeap -= 1
             }
@@ -308,136 +365,206 @@ public final class TimerScheduler: @unchecked Sendable {
     /// loop, a handler that overran, a timer resumed after a pause.
     private func catchUp(_ timer: TimerHandle, now: UInt64) -> Int {
         guard timer.interval > 0, timer.policy != .burst, now > timer.deadline else { return 0 }
-        let behind = (now - timer.deadline) / timer.interval
-        guard behind > 0 else { return 0 }
+        let late = now - timer.deadline
+        let behind = late / timer.interval
         switch timer.policy {
         case .skip:
             // Fire the latest grid point that is due; the earlier ones are dropped.
+            guard behind > 0 else { return 0 }
             timer.deadline = timer.deadline.saturatingAdd(behind.saturatingMultiply(timer.interval))
         case .delay:
-            // Restart the grid from now.
+            // Restart the grid from now, unless the lateness is mere jitter.
+            guard late >= min(timer.interval, Self.delayThresholdNanoseconds) else { return 0 }
             timer.deadline = now
         case .burst:
-            break
+            return 0
         }
         return Int(clamping: behind)
     }
 
     // MARK: Firing
 
-    /// Runs every handler that is due, in deadline order, then re-arms the driver for the
-    /// next one. Backends call this on their loop when the driver's wake-up fires.
+    /// One handler call, prepared under the lock and made outside it. It holds its own
+    /// references to everything the call uses (a concurrent cancel may drop the timer's).
+    private struct Call {
+        let handler: @Sendable (Tick) -> Void
+        let tick: Tick
+        let observers: [TimerObserver]
+        let target: WeakReference?
+    }
+
+    /// A timer the fire loop lets go of, released after the lock: the heap's reference to
+    /// it and, for one that just finished, its handler. It leaves the registry then too.
+    private struct Released {
+        let timer: TimerHandle
+        var handler: (@Sendable (Tick) -> Void)? = nil
+        var leavesRegistry = false
+    }
+
+    /// Runs every handler that is due, in deadline order (then scheduling order), then
+    /// re-arms the driver for the next one. Backends call this on their loop when woken.
     public func fireDueTimers() {
         mutex.lock()
-        guard let driver, !isShutDown else {
+        guard !isShutDown, driver != nil else {
             mutex.unlock()
             return
         }
-        armedKey = .max
-        let start = clock.now().nanoseconds
-        var dropped: [TimerHandle] = []
-        while let top = heap.top, top.key <= start || top.timer.deadline <= start {
-            guard let timer = heap.popTop() else { break }
-            if timer.state != .scheduled {
-                deadInHeap -= 1
-                dropped.append(timer)
-                continue
-            }
-            let observers = timer.extras?.observers ?? []
-            if let probe = timer.extras?.target, !probe.isTargetAlive {
-                // The proxy's job: a target that is gone ends its timers.
-                mutex.unlock()
-                timer.cancel()
-                mutex.lock()
-                continue
-            }
-            let handler = timer.handler
-            let index = timer.fires
-            timer.fires += 1
-            if timer.remaining > 0 { timer.remaining -= 1 }
-            let actual = clock.now()
-            let missed = catchUp(timer, now: actual.nanoseconds)
-            let scheduled = timer.deadline
-            let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
-            timer.deadline = timer.interval > 0 ? timer.deadline.saturatingAdd(timer.interval) : timer.deadline
-            running = timer
-            runningThread = pthread_self()
+        armedKey = .max   // the wake-up that brought us here is used up
+        let now = clock.now().nanoseconds
+        var released: [Released] = []
+        var failure: TimerError?
+        while !isShutDown, let timer = popDueLocked(now: now, into: &released) {
+            let call = beginCallLocked(timer)
             mutex.unlock()
-
-            let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
-                            missed: missed, interval: interval, timer: timer)
-            run(handler, tick: tick, timerObservers: observers)
-
+            // `consume`: without it a debug build keeps `call` (and the handler, tick and
+            // target it holds) alive to the end of this scope, after the lock below.
+            let called = perform(consume call)
             mutex.lock()
-            running = nil
-            if waitersForIdle > 0 { handlerReturned.broadcast() }
-            var finished = false
+            endCallLocked(timer, called: called)
             if timer.state == .scheduled && timer.heapIndex < 0 {
                 if timer.interval == 0 || timer.remaining == 0 {
                     timer.state = .finished
-                    finished = true
-                } else if !isShutDown {
+                    released.append(Released(timer: timer, handler: timer.handler, leavesRegistry: true))
+                    timer.handler = Self.endedHandler
+                } else {
                     do throws(TimerError) { try queueLocked(timer) } catch {
-                        // Nobody to throw to inside the loop: end the timer, keep the reason.
-                        driverFailure = error
-                        timer.state = .cancelled
-                        finished = true
+                        failure = error
+                        released.append(Released(timer: timer))
+                        break
                     }
                 }
-            }
-            if finished {
-                let old = HandlerLifetime(handler: timer.handler)
-                timer.handler = Self.endedHandler
-                mutex.unlock()
-                withExtendedLifetime(old) {}
-                registry.remove(timer)
-                mutex.lock()
-            }
-            if isShutDown { break }
-        }
-        if !isShutDown {
-            dropDeadTopsLocked(into: &dropped)
-            if let topKey = heap.topKey, topKey != armedKey {
-                do throws(TimerError) {
-                    try driver.wake(at: MonotonicInstant(nanoseconds: topKey))
-                    armedKey = topKey
-                } catch {
-                    driverFailure = error   // armedKey stays unset: the next schedule retries
-                }
+            } else if timer.heapIndex < 0 {
+                // Cancelled or suspended while its handler ran: the heap no longer holds it.
+                released.append(Released(timer: timer))
             }
         }
+        var stopped: [TimerHandle] = []
+        if !isShutDown && failure == nil {
+            while let top = heap.top, top.timer.state != .scheduled, let timer = heap.popTop() {
+                deadInHeap -= 1
+                released.append(Released(timer: timer))
+            }
+            do throws(TimerError) { try rearmLocked() } catch { failure = error }
+        }
+        if let failure { stopped = beginShutdownLocked(failure: failure) }
         mutex.unlock()
-        withExtendedLifetime(dropped) {}
+        for item in released where item.leavesRegistry { registry.remove(item.timer) }
+        released.removeAll()
+        if !stopped.isEmpty || failure != nil { finishShutdown(stopped) }
     }
 
-    private func run(_ handler: @Sendable (Tick) -> Void, tick: Tick, timerObservers: [TimerObserver]) {
+    /// Pops the next due, scheduled timer; dead entries met on the way go to `released`.
+    private func popDueLocked(now: UInt64, into released: inout [Released]) -> TimerHandle? {
+        while let top = heap.top, top.key < Self.horizonNanoseconds, top.key <= now || top.timer.deadline <= now,
+              let timer = heap.popTop() {
+            if timer.state == .scheduled { return timer }
+            deadInHeap -= 1
+            released.append(Released(timer: timer))
+        }
+        return nil
+    }
+
+    /// Advances `timer` past this tick under the lock and returns the call to make.
+    private func beginCallLocked(_ timer: TimerHandle) -> Call {
+        let index = timer.fires
+        timer.fires += 1
+        if timer.remaining > 0 { timer.remaining -= 1 }
+        let actual = clock.now()
+        let missed = catchUp(timer, now: actual.nanoseconds)
+        let scheduled = timer.deadline
+        let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
+        if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }
+        timer.activeCalls += 1
+        if callsInProgress == 0 { firingThread = pthread_self() }
+        callsInProgress += 1
+        let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
+                        missed: missed, interval: interval, timer: timer)
+        return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
+    }
+
+    private func endCallLocked(_ timer: TimerHandle, called: Bool) {
+        if !called {
+            // The target was gone, so the handler never ran: the tick does not count.
+            timer.fires -= 1
+            if timer.remaining >= 0 { timer.remaining += 1 }
+        }
+        timer.activeCalls -= 1
+        callsInProgress -= 1
+        if waitersForCalls > 0 { callReturned.broadcast() }
+    }
+
+    /// Makes one handler call, outside the lock, and says whether it did. Everything `call`
+    /// holds is released when this returns, still outside the lock.
+    private func perform(_ call: consuming Call) -> Bool {
+        guard let target = call.target else {
+            invoke(call)
+            return true
+        }
+        // The proxy's job, done at fire time: a target that is gone ends its timer. The
+        // strong reference loaded here keeps the target alive for the call and is dropped
+        // before the lock is taken again.
+        guard let object = target.object else {
+            call.tick.timer.cancel()
+            return false
+        }
+        withExtendedLifetime(object) { invoke(call) }
+        return true
+    }
+
+    private func invoke(_ call: borrowing Call) {
         let registryObservers = registry.currentObservers()
-        if registryObservers.isEmpty && timerObservers.isEmpty {
-            handler(tick)
+        if registryObservers.isEmpty && call.observers.isEmpty {
+            call.handler(call.tick)
             return
         }
-        for observer in registryObservers { observer.willFire?(tick) }
-        for observer in timerObservers { observer.willFire?(tick) }
+        for observer in registryObservers { observer.willFire?(call.tick) }
+        for observer in call.observers { observer.willFire?(call.tick) }
         let began = clock.now()
-        handler(tick)
+        call.handler(call.tick)
         let elapsed = clock.now() - began
-        for observer in timerObservers { observer.didFire?(tick, elapsed) }
-        for observer in registryObservers { observer.didFire?(tick, elapsed) }
+        for observer in call.observers { observer.didFire?(call.tick, elapsed) }
+        for observer in registryObservers { observer.didFire?(call.tick, elapsed) }
     }
 
     // MARK: Shutdown
 
-    /// Cancels every timer of this scheduler and refuses new ones. Idempotent.
-    /// Backends call it first in their own `shutdown()`, then stop their loop.
+    /// Cancels every timer of this scheduler and refuses new ones, then waits until no
+    /// handler of this scheduler is running — unless called from one (then it returns at
+    /// once: the running handler finishes after). Idempotent. Backends call it first in
+    /// their own `shutdown()`, then stop their loop.
     public func shutdown() {
-        let queued: [TimerHandle] = mutex.withLock {
-            guard !isShutDown else { return [] }
-            isShutDown = true
-            shutDownFlag.store(true, ordering: .relaxed)
-            armedKey = .max
-            deadInHeap = 0
-            return heap.removeAll()
+        let queued = mutex.withLock { beginShutdownLocked(failure: nil) }
+        finishShutdown(queued)
+        mutex.lock()
+        while callsInProgress > 0 && pthread_equal(firingThread, pthread_self()) == 0 {
+            waitersForCalls += 1
+            callReturned.wait(mutex)
+            waitersForCalls -= 1
         }
+        mutex.unlock()
+    }
+
+    /// Shuts the scheduler down because its loop cannot go on: `schedule` then throws
+    /// `TimerError.loopFailed` with `cause`, and `failure` reports it. For backends whose
+    /// loop stops on an error (an `epoll_wait` that fails, a `event_base_loop` that returns).
+    public func fail(with cause: TimerError) {
+        let queued = mutex.withLock { beginShutdownLocked(failure: cause) }
+        finishShutdown(queued)
+    }
+
+    /// Marks the scheduler shut down and empties the heap; returns the timers it held, to be
+    /// cancelled (and released) after unlocking. Empty if it was already shut down.
+    private func beginShutdownLocked(failure: TimerError?) -> [TimerHandle] {
+        guard !isShutDown else { return [] }
+        isShutDown = true
+        loopFailure = failure
+        shutDownFlag.store(true, ordering: .relaxed)
+        armedKey = .max
+        deadInHeap = 0
+        return heap.removeAll()
+    }
+
+    private func finishShutdown(_ queued: [TimerHandle]) {
         for timer in queued { timer.cancel() }
         // Suspended timers are not in the heap; the registry knows them.
         for timer in registry.timers(of: self) { timer.cancel() }

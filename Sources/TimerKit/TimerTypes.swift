@@ -5,8 +5,16 @@ public enum MissedTickPolicy: UInt8, Sendable, CaseIterable {
     case skip
     /// Fire every missed tick, back to back, until the timer is on time again.
     case burst
-    /// Fire once now and restart the grid from now: later ticks shift by the delay.
+    /// Fixed delay after a late tick: when a tick fires late by at least `delayThreshold`
+    /// (5 ms, or the interval if that is shorter; Tokio uses the same 5 ms), the grid
+    /// restarts from that fire, so the next tick comes a full interval later and every later
+    /// tick shifts by the delay. Smaller lateness (ordinary wake-up jitter) keeps the grid, so
+    /// a timer that is merely a little late does not drift.
     case delay
+
+    /// The lateness from which `.delay` restarts the grid: 5 ms, or the interval if shorter.
+    /// (At an interval or more late a grid point has been missed, so it always restarts.)
+    public static func delayThreshold(interval: Duration) -> Duration { min(interval, .milliseconds(5)) }
 }
 
 /// A timer's place in its life. `scheduled ⇄ suspended → cancelled`; one-shots and
@@ -109,17 +117,30 @@ public struct TimerSchedule: Sendable {
         case let .at(deadline):
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
         case let .every(amount, first, count):
-            let interval = try Self.nanoseconds(amount, parameter: "interval")
-            if interval == 0 { throw .zeroInterval(parameter: "interval") }
+            let interval = try Self.intervalNanoseconds(amount)
             let firstDelay = try first.map { amount throws(TimerError) in try Self.nanoseconds(amount, parameter: "firstAfter") } ?? interval
             if let count, count < 1 { throw .invalidCount(count) }
             return Resolved(firstDeadline: now.nanoseconds.saturatingAdd(firstDelay),
                             intervalNanoseconds: interval, remaining: count ?? -1)
         case let .everyFrom(amount, start, count):
-            let interval = try Self.nanoseconds(amount, parameter: "interval")
-            if interval == 0 { throw .zeroInterval(parameter: "interval") }
+            let interval = try Self.intervalNanoseconds(amount)
             if let count, count < 1 { throw .invalidCount(count) }
             return Resolved(firstDeadline: start.nanoseconds, intervalNanoseconds: interval, remaining: count ?? -1)
+        }
+    }
+
+    /// A repeat interval in whole nanoseconds: zero and sub-nanosecond values are refused
+    /// (each with its own error), since either would make the timer fire in a busy loop.
+    static func intervalNanoseconds(_ amount: Amount) throws(TimerError) -> UInt64 {
+        let interval = try nanoseconds(amount, parameter: "interval")
+        guard interval == 0 else { return interval }
+        switch amount {
+        case let .duration(duration) where duration > .zero:
+            throw .intervalBelowOneNanosecond(parameter: "interval", seconds: Double(duration.components.attoseconds) / 1e18)
+        case let .seconds(seconds) where seconds > 0:
+            throw .intervalBelowOneNanosecond(parameter: "interval", seconds: seconds)
+        default:
+            throw .zeroInterval(parameter: "interval")
         }
     }
 

@@ -35,8 +35,10 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// slack. Frame k is due at `start + k·period` exactly, however long it runs.
 ///
 /// Links subscribe with a preferred frame rate, rounded to a divisor of the refresh rate as
-/// iOS does (60 Hz: 60, 30, 20, 15, ...). They are timers of this backend's scheduler: they
-/// live in the registry and follow the same states, proxy and cancellation model.
+/// iOS does (60 Hz: 60, 30, 20, 15, ...). They are timers of this backend's scheduler (or,
+/// delivered elsewhere, of that backend's): they live in the registry and follow the same
+/// states, proxy and cancellation model. Like CADisplayLink, the source does not tick while
+/// it has no running link: its timerfd is disarmed and its thread sleeps.
 ///
 /// ```swift
 /// let display = try DisplaySource.shared(refreshRate: 60)
@@ -45,8 +47,9 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// }
 /// ```
 public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable {
-    // @unchecked: `timerFD`, `thread` and the figures below are set in init and never
-    // change; `stopping` and `droppedVsyncs` are atomic.
+    // @unchecked: `timerFD`, `loop` and the figures below are set in init and never change;
+    // `isArmed` is touched only in `wake(at:)`, which the scheduler calls with its lock
+    // held; the counters are atomic.
 
     /// The refresh rate, in Hz.
     public let refreshRate: Int
@@ -62,11 +65,11 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
     public let threadID: Int32
     private let periodNanoseconds: UInt64
     private let timerFD: Int32
-    private let thread: LoopThread
-    private let state = SourceState()
+    private let loop: OwnedLoop
+    private let counters = Counters()
+    private var isArmed = false
 
-    private final class SourceState: Sendable {
-        let stopping = Atomic<Bool>(false)
+    private final class Counters: Sendable {
         let droppedVsyncs = Atomic<Int>(0)
         let vsyncs = Atomic<Int>(0)
     }
@@ -84,7 +87,7 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
         }
     }
 
-    /// Starts a vsync thread at `refreshRate` Hz (1...1000).
+    /// Starts a vsync thread at `refreshRate` Hz (1...1000). It sleeps until a link is added.
     /// - Throws: `TimerError.invalidFrameRate` for a rate out of range; `.systemCall` when
     ///   the timerfd or the thread cannot be created.
     public init(refreshRate: Int = 60, priority: ThreadPriority = .realtime(80), registry: TimerRegistry = .shared) throws(TimerError) {
@@ -93,29 +96,26 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
         self.refreshRate = refreshRate
         periodNanoseconds = 1_000_000_000 / UInt64(refreshRate)
         period = .nanoseconds(Int64(periodNanoseconds))
+        // Blocking: the vsync thread sleeps in read(2) on it, and a disarmed timerfd never wakes it.
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC))
         guard fd >= 0 else { throw .systemCall(call: "timerfd_create", errno: errno) }
         timerFD = fd
-        let start = MonotonicInstant.now() + .nanoseconds(Int64(periodNanoseconds))
-        self.start = start
-        var timer = itimerspec(it_interval: timespecOf(nanoseconds: periodNanoseconds), it_value: timespecOf(nanoseconds: start.nanoseconds))
-        guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
-            let error = errno
-            close(fd)
-            throw .systemCall(call: "timerfd_settime", errno: error)
-        }
+        start = MonotonicInstant.now() + .nanoseconds(Int64(periodNanoseconds))
         let scheduler = TimerScheduler(backendName: "display@\(refreshRate)Hz", registry: registry)
         self.scheduler = scheduler
         let started = StartSignal<(ObtainedPriority, Int32)>()
-        let state = self.state
+        let counters = self.counters
         do throws(TimerError) {
-            thread = try LoopThread {
+            loop = try OwnedLoop({ loop in
                 nameCurrentThread("TimerKit.vsync")
                 _ = ctk_set_timer_slack(1)
                 started.send((applyPriority(priority), ctk_gettid()))
-                Self.runVsync(fd: fd, state: state, scheduler: scheduler)
-                close(fd)
-            }
+                do throws(TimerError) {
+                    try Self.runVsync(loop, fd: fd, counters: counters, scheduler: scheduler)
+                } catch {
+                    scheduler.fail(with: error)   // the timerfd stays open until shutdown()
+                }
+            }, release: { close(fd) })
         } catch {
             close(fd)
             throw error
@@ -127,9 +127,10 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
     deinit { shutdown() }
 
     /// Vsyncs the thread itself was late for, counted from the timerfd's expiration count.
-    public var droppedVsyncs: Int { state.droppedVsyncs.load(ordering: .relaxed) }
-    /// Vsyncs that have occurred.
-    public var vsyncs: Int { state.vsyncs.load(ordering: .relaxed) }
+    public var droppedVsyncs: Int { counters.droppedVsyncs.load(ordering: .relaxed) }
+    /// Vsyncs that have occurred while the source was ticking (it does not tick with no
+    /// running link).
+    public var vsyncs: Int { counters.vsyncs.load(ordering: .relaxed) }
 
     /// The frame rate a link asking for `preferred` frames per second gets: the refresh
     /// rate divided by the nearest whole divisor (0 means "as fast as the display").
@@ -145,7 +146,9 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
     /// - Parameters:
     ///   - preferredFramesPerSecond: rounded to a divisor of the refresh rate; 0 = full rate.
     ///   - deliverOn: another backend to run the callbacks on (like adding a CADisplayLink to
-    ///     a run loop); nil runs them on the vsync thread, with the least latency.
+    ///     a run loop): the link is then a timer of that backend on this source's vsync grid,
+    ///     so it fires on that backend's loop, and a slow loop drops frames (counted) rather
+    ///     than queueing them. Nil runs the callbacks on the vsync thread, with the least latency.
     @discardableResult
     public func addLink<Target: AnyObject & Sendable>(
         target: Target, preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
@@ -175,25 +178,34 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
 
     // MARK: TimerDriver
 
-    /// Nothing to arm: the vsync thread runs the scheduler on every vsync.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {}
+    /// Ticks while a link is due at all, and not otherwise: `.distantFuture` (no running
+    /// link) disarms the timerfd; any deadline arms it, periodic on the vsync grid.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        let wanted = deadline != .distantFuture
+        guard wanted != isArmed else { return }
+        if wanted {
+            try armTimerFD(timerFD, at: nextFrame(after: MonotonicInstant.now(), divisor: 1), period: periodNanoseconds)
+        } else {
+            try armTimerFD(timerFD, at: .distantFuture)
+        }
+        isArmed = wanted
+    }
 
     /// Ends every link, stops and joins the vsync thread and closes the timerfd.
     public func shutdown() {
-        guard !state.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
         scheduler.shutdown()
-        // The thread notices at its next vsync (at most one period away).
-        if thread.isCurrent { thread.detach() } else { thread.join() }
+        let fd = timerFD
+        // An expiry at once wakes a vsync thread that sleeps with the timerfd disarmed.
+        loop.stop { try? armTimerFD(fd, at: MonotonicInstant(nanoseconds: 1)) }
     }
 
-    private static func runVsync(fd: Int32, state: SourceState, scheduler: TimerScheduler) {
-        while !state.stopping.load(ordering: .acquiring) {
+    private static func runVsync(_ loop: OwnedLoop, fd: Int32, counters: Counters, scheduler: TimerScheduler) throws(TimerError) {
+        while !loop.isStopping {
             var expirations: UInt64 = 0
-            let got = read(fd, &expirations, 8)
-            if got < 0 && errno == EINTR { continue }
-            guard got == 8 else { return }
-            state.vsyncs.add(Int(expirations), ordering: .relaxed)
-            if expirations > 1 { state.droppedVsyncs.add(Int(expirations - 1), ordering: .relaxed) }
+            try retryingInterrupts("read(timerfd)") { errnoResult(read(fd, &expirations, 8)) }
+            if loop.isStopping { return }
+            counters.vsyncs.add(Int(expirations), ordering: .relaxed)
+            if expirations > 1 { counters.droppedVsyncs.add(Int(expirations - 1), ordering: .relaxed) }
             scheduler.fireDueTimers()
         }
     }
@@ -202,28 +214,16 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
 /// What a link does on each frame: kept apart from `DisplayLink` so that the timer's
 /// handler can hold it without holding the link (which holds the timer).
 private final class LinkCore<Target: AnyObject & Sendable>: Sendable {
-    let deliverOn: (any TimerBackend)?
     let action: @Sendable (Target?, DisplayFrame) -> Void
     let stats = Locked(DisplayLinkStatistics())
 
-    init(deliverOn: (any TimerBackend)?, action: @escaping @Sendable (Target?, DisplayFrame) -> Void) {
-        self.deliverOn = deliverOn
+    init(action: @escaping @Sendable (Target?, DisplayFrame) -> Void) {
         self.action = action
     }
 
     func deliver(_ target: Target?, _ tick: Tick, interval: Duration) {
         let frame = DisplayFrame(timestamp: tick.scheduled, targetTimestamp: tick.scheduled + interval,
                                  duration: interval, actual: tick.actual, dropped: tick.missed)
-        guard let deliverOn else { return run(target, frame) }
-        do {
-            try deliverOn.schedule(.after(.zero)) { [self] _ in run(target, frame) }
-        } catch {
-            // The chosen backend was shut down: the frame cannot be delivered; count it dropped.
-            stats.withLock { $0.framesDropped += 1 }
-        }
-    }
-
-    private func run(_ target: Target?, _ frame: DisplayFrame) {
         let began = MonotonicInstant.now()
         action(target, frame)
         let took = MonotonicInstant.now() - began
@@ -244,7 +244,8 @@ public final class DisplayLink: Sendable {
 
     /// The source this link follows.
     public let source: DisplaySource
-    /// The link's registry entry: suspend, resume and cancel it by name like any timer.
+    /// The link's registry entry: suspend, resume and cancel it by name like any timer. It
+    /// is a timer of the source, or of the backend the link delivers on.
     public let handle: TimerHandle
     private let readStatistics: @Sendable () -> DisplayLinkStatistics
 
@@ -253,18 +254,22 @@ public final class DisplayLink: Sendable {
                                        action: @escaping @Sendable (Target?, DisplayFrame) -> Void) throws(TimerError) {
         self.source = source
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
-        let core = LinkCore<Target>(deliverOn: deliverOn, action: action)
+        let core = LinkCore<Target>(action: action)
         readStatistics = { core.stats.current }
         let schedule = Self.schedule(on: source, divisor: divisor)
         // The tick carries the link's interval, so a rate change shows in the very next frame.
         let interval = source.period * divisor
+        // Delivered elsewhere, the link is a timer of that backend on the vsync grid: its
+        // loop's own wake-up times it, and pause, invalidate and dropped frames follow the
+        // core's contract there (no frame is queued, none arrives after invalidate()).
+        let backend: any TimerBackend = deliverOn ?? source
         if let target {
             // The core's proxy: held weakly, and the link ends when the target goes.
-            handle = try source.schedule(schedule, target: target, name: name, missedTicks: .skip) { target, tick in
+            handle = try backend.schedule(schedule, target: target, name: name, missedTicks: .skip) { target, tick in
                 core.deliver(target, tick, interval: tick.interval ?? interval)
             }
         } else {
-            handle = try source.schedule(schedule, name: name, missedTicks: .skip) { tick in
+            handle = try backend.schedule(schedule, name: name, missedTicks: .skip) { tick in
                 core.deliver(nil, tick, interval: tick.interval ?? interval)
             }
         }
@@ -302,7 +307,9 @@ public final class DisplayLink: Sendable {
         try handle.reschedule(Self.schedule(on: source, divisor: divisor))
     }
 
-    /// Ends the link. Idempotent; safe from inside its own callback.
+    /// Ends the link: once it returns no new callback begins (one already running may
+    /// finish; `handle.cancelAndWait()` waits for it). Idempotent; safe from inside its own
+    /// callback.
     public func invalidate() { handle.cancel() }
 
     /// Whether the link is still running or paused (not invalidated, its target alive).

@@ -5,16 +5,22 @@ import TimerKit
 
 /// A backend on Linux's timerfd and epoll: one loop thread, one epoll instance, ONE
 /// absolute CLOCK_MONOTONIC timerfd for all timers (re-armed only when the earliest
-/// deadline changes) and one eventfd through which other threads ask the loop to re-arm.
-/// With nothing due the thread sleeps in `epoll_wait` indefinitely: no idle wake-ups.
+/// deadline changes, from whichever thread changed it) and one eventfd that wakes the loop
+/// to stop. With nothing due the thread sleeps in `epoll_wait` indefinitely: no idle
+/// wake-ups.
+///
+/// If the loop stops on an error (an `epoll_wait` failure, a timerfd that cannot be
+/// re-armed), the backend shuts down with the reason: `schedule` throws
+/// `TimerError.loopFailed`, and `scheduler.failure` says what happened.
 ///
 /// ```swift
 /// let backend = try EpollBackend(options: .init(priority: .realtime(50)))
 /// print(backend.obtainedPriority)   // "SCHED_FIFO 50", or the fallback and why
 /// ```
 public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable {
-    // @unchecked: the descriptors and `thread` are set in init and never change; the loop
-    // state they share is in `LoopControl`, which is atomic.
+    // @unchecked: the descriptors and `loop` are set in init and never change; the kernel
+    // makes timerfd_settime and eventfd writes from several threads safe, and `wake` is
+    // serialised by the scheduler's lock.
 
     /// How the loop thread runs.
     public struct Options: Sendable {
@@ -33,15 +39,8 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
         }
     }
 
-    /// State shared by the loop thread and the threads that wake it.
-    private final class LoopControl: Sendable {
-        let wakePending = Atomic<Bool>(false)
-        let stopping = Atomic<Bool>(false)
-        let loopThread = Atomic<UInt>(0)
-    }
-
     private static let timerToken: UInt64 = 1
-    private static let wakeToken: UInt64 = 2
+    private static let stopToken: UInt64 = 2
 
     /// The core scheduler.
     public let scheduler: TimerScheduler
@@ -52,9 +51,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
     private let epollFD: Int32
     private let timerFD: Int32
     private let eventFD: Int32
-    private let control = LoopControl()
-    private let thread: LoopThread
-    private let shutdownOnce = OnceFlag()
+    private let loop: OwnedLoop
 
     /// Creates the descriptors and starts the loop thread.
     /// - Throws: `TimerError.systemCall` naming the call and errno when a descriptor or the
@@ -79,7 +76,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
         epollFD = try check(epoll_create1(Int32(EPOLL_CLOEXEC)), "epoll_create1")
         timerFD = try check(timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC | TFD_NONBLOCK)), "timerfd_create")
         eventFD = try check(eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)), "eventfd")
-        for (fd, token) in [(timerFD, Self.timerToken), (eventFD, Self.wakeToken)] {
+        for (fd, token) in [(timerFD, Self.timerToken), (eventFD, Self.stopToken)] {
             let rc = ctk_epoll_add(epollFD, fd, EPOLLIN.rawValue, token)
             if rc != 0 {
                 closeOpened()
@@ -90,21 +87,25 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
         let scheduler = TimerScheduler(backendName: "epoll", registry: registry)
         self.scheduler = scheduler
         let started = StartSignal<(ObtainedPriority, Int32, TimerError?)>()
-        let (epollFD, timerFD, eventFD, control) = (self.epollFD, self.timerFD, self.eventFD, self.control)
+        let (epollFD, timerFD, eventFD) = (self.epollFD, self.timerFD, self.eventFD)
         do throws(TimerError) {
-            thread = try LoopThread {
-                control.loopThread.store(UInt(pthread_self()), ordering: .releasing)
+            loop = try OwnedLoop({ loop in
                 nameCurrentThread(options.threadName)
                 var slackError: TimerError?
                 if let slack = options.timerSlack {
                     do throws(TimerError) { try applyTimerSlack(slack) } catch { slackError = error }
                 }
                 started.send((applyPriority(options.priority), ctk_gettid(), slackError))
-                Self.runLoop(epollFD: epollFD, timerFD: timerFD, eventFD: eventFD, control: control, scheduler: scheduler)
+                do throws(TimerError) {
+                    try Self.run(loop, epollFD: epollFD, timerFD: timerFD, scheduler: scheduler)
+                } catch {
+                    scheduler.fail(with: error)   // the descriptors stay open until shutdown()
+                }
+            }, release: {
                 close(eventFD)
                 close(timerFD)
                 close(epollFD)
-            }
+            })
         } catch {
             closeOpened()
             throw error
@@ -123,67 +124,40 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
 
     // MARK: TimerDriver
 
+    /// Arms the timerfd directly, from any thread: the scheduler's lock orders the calls, so
+    /// the last request wins, and no round trip through the loop is needed.
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        if control.loopThread.load(ordering: .acquiring) == UInt(pthread_self()) {
-            Self.arm(timerFD, deadline)
-        } else if !control.wakePending.exchange(true, ordering: .acquiringAndReleasing) {
-            // The loop re-reads the earliest deadline itself; one pending wake covers any
-            // number of requests.
-            Self.signal(eventFD)
-        }
+        try armTimerFD(timerFD, at: deadline)
     }
 
     /// Cancels every timer, stops and joins the loop thread and closes the descriptors.
     /// Called from one of this backend's handlers it cannot join its own thread: the loop
     /// then ends, and closes its descriptors, as soon as that handler returns.
     public func shutdown() {
-        guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
-        control.stopping.store(true, ordering: .releasing)
-        Self.signal(eventFD)
-        if thread.isCurrent { thread.detach() } else { thread.join() }
+        let eventFD = self.eventFD
+        loop.stop {
+            var one: UInt64 = 1
+            _ = write(eventFD, &one, 8)   // EAGAIN only if the counter is saturated: already signalled
+        }
     }
 
     // MARK: The loop
 
-    private static func runLoop(epollFD: Int32, timerFD: Int32, eventFD: Int32, control: LoopControl, scheduler: TimerScheduler) {
+    private static func run(_ loop: OwnedLoop, epollFD: Int32, timerFD: Int32, scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 4)
         var scratch: UInt64 = 0
-        while !control.stopping.load(ordering: .acquiring) {
-            let ready = tokens.withUnsafeMutableBufferPointer { ctk_epoll_wait(epollFD, $0.baseAddress, 4, -1) }
-            if ready == -EINTR { continue }
-            if ready < 0 { break }   // EBADF/EINVAL cannot happen while we own the descriptor
-            for index in 0..<Int(ready) {
-                switch tokens[index] {
-                case timerToken:
-                    _ = read(timerFD, &scratch, 8)   // expiry count; EAGAIN after a re-arm is fine
-                    scheduler.fireDueTimers()
-                case wakeToken:
-                    _ = read(eventFD, &scratch, 8)
-                    // Clear the flag before reading the deadline, so a request made after this
-                    // point writes the eventfd again instead of being lost.
-                    control.wakePending.store(false, ordering: .releasing)
-                    if control.stopping.load(ordering: .acquiring) { return }
-                    arm(timerFD, scheduler.earliestDeadline ?? .distantFuture)
-                default:
-                    break
-                }
+        while !loop.isStopping {
+            let ready = try retryingInterrupts("epoll_wait") {
+                Int(tokens.withUnsafeMutableBufferPointer { ctk_epoll_wait(epollFD, $0.baseAddress, 4, -1) })
             }
+            for token in tokens.prefix(ready) where token == timerToken {
+                // The expiry count is not needed; EAGAIN means another thread re-armed the
+                // timerfd since it fired, which the scheduler handles like any early wake.
+                _ = read(timerFD, &scratch, 8)
+                scheduler.fireDueTimers()
+            }
+            // The stop token needs no handling: the loop condition sees the stop request.
         }
-    }
-
-    private static func arm(_ timerFD: Int32, _ deadline: MonotonicInstant) {
-        var spec = itimerspec()
-        if deadline != .distantFuture {
-            // 0 would disarm: a deadline at the clock's origin is "now", 1 ns will do.
-            let ns = max(deadline.nanoseconds, 1)
-            spec.it_value = timespecOf(nanoseconds: ns)
-        }
-        _ = timerfd_settime(timerFD, Int32(TFD_TIMER_ABSTIME), &spec, nil)
-    }
-
-    private static func signal(_ eventFD: Int32) {
-        var one: UInt64 = 1
-        _ = write(eventFD, &one, 8)   // EAGAIN only if the counter is saturated: already signalled
     }
 }

@@ -16,9 +16,9 @@ import TimerKit
 /// Repeats stay on TimerKit's drift-free grid: the core re-arms a one-shot event for each
 /// next deadline instead of using `EV_PERSIST`, which drifts after a late fire.
 public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendable {
-    // @unchecked: `base`, `event`, `context` and `thread` are set in init and never change;
+    // @unchecked: `base`, `event`, `context` and `loop` are set in init and never change;
     // libevent's own lock (evthread_use_pthreads) guards the event across threads, and
-    // `shutdownOnce` makes shutdown run once.
+    // `wake` is serialised by the scheduler's lock.
 
     /// How an owned base is made and run.
     public struct Options: Sendable {
@@ -51,31 +51,42 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
     private let base: OpaquePointer
     private let event: OpaquePointer
     private let context: Unmanaged<Context>
-    private let thread: LoopThread?
-    /// Activated by shutdown; its callback breaks the owned loop from inside. (A plain
-    /// `event_base_loopbreak` from another thread is lost if it lands before the loop has
-    /// started: `event_base_loop` clears the flag on entry. An activation is not.)
-    private let stopEvent: OpaquePointer?
-    /// Set when shutdown runs inside one of our handlers: the loop thread then frees the
-    /// event and the base itself once its loop has returned.
-    private let exit = LoopExit()
+    /// Owned bases: the loop thread, and the event whose activation breaks the loop from
+    /// inside. (A plain `event_base_loopbreak` from another thread is lost if it lands
+    /// before the loop has started: `event_base_loop` clears the flag on entry.)
+    private let owned: (loop: OwnedLoop, stopEvent: OpaquePointer)?
     private let shutdownOnce = OnceFlag()
 
     /// libevent must know about threads before any base is made, or adding an event from
     /// another thread does not wake the loop.
     private static let threadsEnabled: Bool = evthread_use_pthreads() == 0
 
+    /// Descriptors a base needs: epoll, its timerfd (precise timers), the signal pipe (2)
+    /// and the cross-thread notification eventfd.
+    private static let descriptorsPerBase = 5
+    /// Serialises base creation, so two backends do not count on the same free descriptors.
+    private static let creation = PThreadMutex()
+
     /// Makes a base and runs it on a thread of its own.
-    /// - Throws: `TimerError.nativeFailure` naming the libevent call that failed (e.g. no
-    ///   method is left after `avoidMethods`), `.systemCall` if the thread cannot start.
+    /// - Throws: `TimerError.systemCall(call: "event_base_new_with_config", errno: EMFILE)`
+    ///   when fewer than the 5 descriptors a base needs are free (libevent would otherwise
+    ///   end the process: it calls `exit(1)` when it cannot make its signal pipe);
+    ///   `.nativeFailure` naming the libevent call that failed (e.g. no method is left after
+    ///   `avoidMethods`); `.systemCall` if the thread cannot start.
     public init(options: Options = Options(), registry: TimerRegistry = .shared) throws(TimerError) {
         guard Self.threadsEnabled else { throw .nativeFailure(backend: "libevent", call: "evthread_use_pthreads") }
         guard let config = event_config_new() else { throw .nativeFailure(backend: "libevent", call: "event_config_new") }
         defer { event_config_free(config) }
-        if options.preciseTimer { event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue)) }
+        var flags = EVENT_BASE_FLAG_NO_CACHE_TIME.rawValue
+        if options.preciseTimer { flags |= EVENT_BASE_FLAG_PRECISE_TIMER.rawValue }
+        event_config_set_flag(config, Int32(flags))
         for method in options.avoidMethods { event_config_avoid_method(config, method) }
-        guard let base = event_base_new_with_config(config) else {
-            throw .nativeFailure(backend: "libevent", call: "event_base_new_with_config")
+        let base = try Self.creation.withLock { () throws(TimerError) -> OpaquePointer in
+            try Self.checkDescriptorsAreFree(Self.descriptorsPerBase)
+            guard let base = event_base_new_with_config(config) else {
+                throw .nativeFailure(backend: "libevent", call: "event_base_new_with_config")
+            }
+            return base
         }
         let scheduler = TimerScheduler(backendName: "libevent", registry: registry)
         let context = Unmanaged.passRetained(Context(scheduler))
@@ -90,27 +101,32 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
             event_base_free(base)
             throw .nativeFailure(backend: "libevent", call: "event_new")
         }
-        self.stopEvent = stopEvent
         self.scheduler = scheduler
         self.base = base
         self.event = event
         self.context = context
         self.method = String(cString: event_base_get_method(base))
         self.isAttached = false
-        let exit = self.exit
         // libevent's handles are not Sendable; the thread gets their addresses.
         let (baseAddress, eventAddress, stopAddress) = (UInt(bitPattern: base), UInt(bitPattern: event), UInt(bitPattern: stopEvent))
         do throws(TimerError) {
-            thread = try LoopThread {
+            let loop = try OwnedLoop({ loop in
+                guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
+                // Runs until the stop event breaks it; an empty base would return at once.
+                let result = event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
+                if !loop.isStopping {
+                    scheduler.fail(with: .nativeFailure(backend: "libevent", call: "event_base_loop (returned \(result))"))
+                }
+            }, release: {
                 guard let base = OpaquePointer(bitPattern: baseAddress),
                       let event = OpaquePointer(bitPattern: eventAddress),
                       let stopEvent = OpaquePointer(bitPattern: stopAddress) else { return }
-                // Runs until the stop event breaks it; an empty base would return at once.
-                event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
-                if exit.freeOnLoopThread.load(ordering: .acquiring) {
-                    Self.free(event: event, stopEvent: stopEvent, base: base, context: context)
-                }
-            }
+                event_free(event)
+                event_free(stopEvent)
+                event_base_free(base)
+                context.release()
+            })
+            owned = (loop, stopEvent)
         } catch {
             event_free(stopEvent)
             event_free(event)
@@ -143,12 +159,25 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
         self.context = context
         self.method = String(cString: event_base_get_method(base))
         self.isAttached = true
-        self.thread = nil
-        self.stopEvent = nil
+        self.owned = nil
         scheduler.attach(self)
     }
 
     deinit { shutdown() }
+
+    /// Throws EMFILE unless `count` descriptors can be opened now. libevent ends the process
+    /// when it runs out of descriptors half-way through making a base, so it is not asked to
+    /// try. (A thread that opens descriptors between this check and the base can still take
+    /// them; the check holds while base creation is the only thing racing for them.)
+    private static func checkDescriptorsAreFree(_ count: Int) throws(TimerError) {
+        var probes: [Int32] = []
+        defer { for fd in probes { close(fd) } }
+        for _ in 0..<count {
+            let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            if fd < 0 { throw .systemCall(call: "event_base_new_with_config", errno: errno) }
+            probes.append(fd)
+        }
+    }
 
     private static let trampoline: event_callback_fn = { _, _, argument in
         guard let argument else { return }
@@ -157,15 +186,23 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
 
     // MARK: TimerDriver
 
+    /// Never blocks: `event_del_noblock` does not wait for a callback running on the loop
+    /// (plain `event_del` does, while the callback waits for the scheduler's lock that our
+    /// caller holds), and `event_add` waits only for signal events.
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
         if deadline == .distantFuture {
-            event_del(event)
+            event_del_noblock(event)
             return
         }
-        // event_add takes a relative timeout; the base measures it on CLOCK_MONOTONIC.
+        // event_add adds the relative timeout to the base's cached time, which inside a
+        // callback is the time the loop woke: refresh it first, or the event fires early.
+        event_base_update_cache_time(base)
         let now = MonotonicInstant.now().nanoseconds
         let delta = deadline.nanoseconds > now ? deadline.nanoseconds - now : 0
-        var timeout = timeval(tv_sec: Int(delta / 1_000_000_000), tv_usec: Int((delta % 1_000_000_000) / 1000))
+        // Rounded up to whole µs: rounding down fires just before the deadline, to find
+        // nothing due and re-arm.
+        let micros = (delta + 999) / 1000
+        var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
         if event_add(event, &timeout) != 0 {
             throw .nativeFailure(backend: "libevent", call: "event_add")
         }
@@ -174,20 +211,12 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
     /// Cancels every timer and stops. Owned: breaks the loop, joins its thread (unless
     /// called from one of its handlers) and frees the event and the base. Attached: removes
     /// the event; libevent frees it from the caller's loop once no callback can be running.
+    /// From another thread it returns once no handler of this backend is running.
     public func shutdown() {
         guard shutdownOnce.claim() else { return }
         scheduler.shutdown()
-        let context = self.context
-        if let thread, let stopEvent {
-            event_active(stopEvent, 0, 0)
-            if thread.isCurrent {
-                // Inside a handler: the loop returns after it; the loop thread frees.
-                exit.freeOnLoopThread.store(true, ordering: .releasing)
-                thread.detach()
-            } else {
-                thread.join()
-                Self.free(event: event, stopEvent: stopEvent, base: base, context: context)
-            }
+        if let (loop, stopEvent) = owned {
+            loop.stop { event_active(stopEvent, 0, 0) }
         } else {
             // The caller's loop may be inside our callback right now: let libevent decide
             // when the event, and the context it points to, can go.
@@ -195,20 +224,9 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
         }
     }
 
-    private static func free(event: OpaquePointer, stopEvent: OpaquePointer, base: OpaquePointer, context: Unmanaged<Context>) {
-        event_free(event)
-        event_free(stopEvent)
-        event_base_free(base)
-        context.release()
-    }
-
     private static let breakLoop: event_callback_fn = { _, _, argument in
         guard let base = OpaquePointer(argument) else { return }
         event_base_loopbreak(base)
-    }
-
-    private final class LoopExit: Sendable {
-        let freeOnLoopThread = Atomic<Bool>(false)
     }
 
     private static let finalizer: event_finalize_callback_fn = { _, argument in

@@ -1,5 +1,6 @@
 import CTimerShims
 import Dispatch
+import Foundation
 import Glibc
 import Histogram
 import TimerKit
@@ -58,12 +59,14 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             let floor = results[floorKey]?.0 ?? FrameRecorder(period: period)
             floor.startSlice()
             let floorPriority = Locked("")
-            let thread = try LoopThread {
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
                 _ = ctk_set_timer_slack(1)
                 floorPriority.withLock { $0 = applyPriority(.realtime(80)).description }
                 try? runPeriodicTimerfd(period: period, seconds: slice, onTick: floor.record)
+                done.signal()
             }
-            thread.join()
+            done.wait()
             results[floorKey] = (floor, floorPriority.current)
 
             let displayKey = "display@\(rate)"

@@ -3,6 +3,7 @@ import Dispatch
 import Testing
 @testable import TimerKit
 import TimerKitEpoll
+import TimerKitTestSupport
 
 /// Collects frames from the vsync thread.
 final class FrameLog: Sendable {
@@ -10,15 +11,6 @@ final class FrameLog: Sendable {
     func record(_ frame: DisplayFrame) { frames.withLock { $0.append(frame) } }
     var all: [DisplayFrame] { frames.current }
     var count: Int { frames.current.count }
-}
-
-func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let deadline = MonotonicInstant.now() + timeout
-    while !condition() {
-        if MonotonicInstant.now() > deadline { return false }
-        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(2))
-    }
-    return true
 }
 
 @Suite("DisplayLink")
@@ -73,7 +65,7 @@ struct DisplayLinkTests {
             log.record(frame)
             // Sleeps through the two whole frames after it (+10 and +20 ms); the +30 ms vsync
             // is then pending and delivered late, as CADisplayLink does.
-            if log.count == 3 { _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(35)) }
+            if log.count == 3 { blockRealTime(.milliseconds(35)) }
         }
         #expect(waitFor { log.count >= 6 })
         link.handle.cancelAndWait()   // statistics are complete once no callback is running
@@ -99,7 +91,7 @@ struct DisplayLinkTests {
         link.isPaused = true
         #expect(link.isPaused)
         let atPause = log.count
-        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(50))
+        blockRealTime(.milliseconds(50))
         #expect(log.count <= atPause + 1)
         #expect(registry.count == 1, "a paused link stays registered")
         try link.setPaused(false)
@@ -116,7 +108,7 @@ struct DisplayLinkTests {
             if log.count == 3 { registry.timer(named: "hud")?.cancel() }
         }
         #expect(waitFor { !link.isValid })
-        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(30))
+        blockRealTime(.milliseconds(30))
         #expect(log.count == 3)
         link.invalidate()
         #expect(throws: TimerError.timerEnded(name: "hud", state: .cancelled)) { try link.setPaused(true) }
@@ -142,7 +134,7 @@ struct DisplayLinkTests {
         #expect(try registry.snapshot(named: "renderer").backend == "display@200Hz")
         renderer = nil
         #expect(waitFor { gone.current })
-        #expect(registry.count == 0)
+        #expect(waitFor { registry.count == 0 }, "the link notices at its next frame")
         #expect(waitFor { !link.isValid })
     }
 
@@ -169,6 +161,32 @@ struct DisplayLinkTests {
         let before = log.count
         #expect(waitFor { log.count >= before + 3 })
         #expect(log.all.last?.duration == source.period * 4)
+    }
+
+    /// CADisplayLink does not tick without a link: neither does the source's thread, with
+    /// no link, with its only link paused, or after the link is invalidated.
+    @Test func aSourceWithNoRunningLinkDoesNotWake() throws {
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        func wakeUps(over duration: Duration) throws -> Int {
+            let before = try #require(voluntarySwitches(threadID: source.threadID))
+            blockRealTime(duration)
+            return try #require(voluntarySwitches(threadID: source.threadID)) - before
+        }
+        blockRealTime(.milliseconds(50))   // the thread's start-up, up to its first sleep
+        #expect(try wakeUps(over: .seconds(1)) == 0, "no link: the vsync thread sleeps")
+        let log = FrameLog()
+        let link = try source.addLink(action: log.record)
+        #expect(waitFor { log.count >= 3 })
+        #expect(try wakeUps(over: .milliseconds(100)) >= 5, "a running link ticks (200 Hz)")
+        try link.setPaused(true)
+        blockRealTime(.milliseconds(20))   // the next vsync finds nothing due and disarms
+        #expect(try wakeUps(over: .seconds(1)) == 0, "a paused link: the vsync thread sleeps")
+        try link.setPaused(false)
+        #expect(waitFor { log.count >= 6 })
+        link.invalidate()
+        blockRealTime(.milliseconds(20))
+        #expect(try wakeUps(over: .seconds(1)) == 0, "an invalidated link: the vsync thread sleeps")
     }
 
     @Test func theVsyncThreadReportsThePriorityItGot() throws {

@@ -3,75 +3,30 @@ import Foundation
 import Testing
 import TimerKit
 import TimerKitEpoll
-
-/// Open epoll, timerfd and eventfd descriptors of this process: the kinds the backend
-/// creates (other descriptors come and go with the test machinery itself).
-func timerDescriptorCount() -> Int {
-    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-    return fds.filter { fd in
-        let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) ?? ""
-        return ["anon_inode:[eventpoll]", "anon_inode:[timerfd]", "anon_inode:[eventfd]"].contains(target)
-    }.count
-}
-
-/// The next `count` descriptor numbers the kernel would hand out (lowest free first).
-func nextFreeDescriptors(_ count: Int) -> [Int32] {
-    let probes = (0..<count).map { _ in dup(0) }
-    for fd in probes { close(fd) }
-    return probes
-}
-
-/// Voluntary context switches of one thread of this process: how often it went to sleep.
-func voluntarySwitches(threadID: Int32) -> Int? {
-    guard let status = try? String(contentsOfFile: "/proc/self/task/\(threadID)/status", encoding: .utf8) else { return nil }
-    return status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches") }
-        .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
-}
+import TimerKitTestSupport
 
 @Suite("Epoll backend")
 struct EpollTests {
-    @Test func creatingAndShuttingDownAThousandBackendsLeaksNoDescriptor() async {
-        // In a child process: other tests open descriptors concurrently in this one.
-        await #expect(processExitsWith: .success) {
-            // One round first, so process-wide descriptors made lazily exist before counting.
-            try EpollBackend(registry: TimerRegistry()).shutdown()
-            let before = timerDescriptorCount()
-            for _ in 0..<1000 {
-                let backend = try EpollBackend(registry: TimerRegistry())
-                try backend.schedule(.after(.seconds(60))) { _ in }
-                backend.shutdown()
+    /// With room for 0, 1 and 2 of the 3 descriptors the backend needs, each attempt is a
+    /// typed error naming the call that failed, and leaves no descriptor behind.
+    @Test(arguments: [(0, "epoll_create1"), (1, "timerfd_create"), (2, "eventfd")])
+    func runningOutOfDescriptorsIsATypedErrorAndLeaksNothing(_ room: Int, _ failingCall: String) async {
+        await #expect(processExitsWith: .success) { [room, failingCall] in
+            warmUpDispatch()
+            let before = openDescriptors()
+            let restore = leaveRoomForDescriptors(room)
+            let outcome: Int32
+            do throws(TimerError) {
+                _ = try EpollBackend(registry: TimerRegistry())
+                outcome = 10   // should have thrown
+            } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
+                outcome = 0
+            } catch {
+                outcome = 20
             }
-            // A leak would add at least 1,000. The slack of 2 absorbs libdispatch opening its
-            // own epoll/eventfd pair lazily while the test machinery runs in this process.
-            exit(timerDescriptorCount() - before <= 2 ? 0 : 1)
-        }
-    }
-
-    @Test func runningOutOfDescriptorsIsATypedErrorAndLeaksNothing() async {
-        await #expect(processExitsWith: .success) {
-            let open = timerDescriptorCount()
-            var limit = rlimit()
-            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-            let original = limit.rlim_cur
-            // Room for 0, 1 and 2 of the 3 descriptors the backend needs: each call must fail.
-            for room in 0..<3 {
-                // The limit bounds descriptor numbers, so place it at the room-th free number.
-                limit.rlim_cur = rlim_t(nextFreeDescriptors(3)[room])
-                setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-                do {
-                    _ = try EpollBackend(registry: TimerRegistry())
-                    exit(10 + Int32(room))   // should have thrown
-                } catch let error as TimerError {
-                    guard case let .systemCall(call, errno) = error, errno == EMFILE,
-                          call == ["epoll_create1", "timerfd_create", "eventfd"][room] else { exit(20 + Int32(room)) }
-                } catch {
-                    exit(30)
-                }
-                limit.rlim_cur = original
-                setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-                if timerDescriptorCount() != open { exit(40 + Int32(room)) }
-            }
-            exit(0)
+            restore()
+            if outcome != 0 { exit(outcome) }
+            exit(openDescriptors() == before ? 0 : 30)
         }
     }
 
@@ -80,9 +35,9 @@ struct EpollTests {
         defer { backend.shutdown() }
         try backend.schedule(.after(.seconds(3600))) { _ in }
         let before = try #require(voluntarySwitches(threadID: backend.loopThreadID))
-        _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .milliseconds(300))
+        blockRealTime(.milliseconds(300))
         let after = try #require(voluntarySwitches(threadID: backend.loopThreadID))
-        // Scheduling the timer may wake the loop once to arm the timerfd; nothing after that.
+        // Scheduling arms the timerfd from this thread: the loop does not even wake for it.
         #expect(after - before <= 1)
     }
 
@@ -130,23 +85,12 @@ struct EpollTests {
         }
     }
 
-    @Test func aHandlerCanShutItsOwnBackendDown() throws {
-        let backend = try EpollBackend(registry: TimerRegistry())
-        let done = DispatchSemaphore(value: 0)
-        try backend.schedule(.after(.milliseconds(1))) { _ in
-            backend.shutdown()
-            done.signal()
-        }
-        #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
-        #expect(throws: TimerError.backendShutDown(backend: "epoll")) { try backend.schedule(.after(.seconds(1))) { _ in } }
-    }
-
     @Test func schedulingFromOtherThreadsWakesTheLoopForAnEarlierDeadline() throws {
         let backend = try EpollBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
         try backend.schedule(.after(.seconds(3600))) { _ in }
         let fired = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
+        onBackgroundThread {
             _ = try? backend.schedule(.after(.milliseconds(5))) { _ in fired.signal() }
         }
         #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)

@@ -1,5 +1,6 @@
 import Testing
 @testable import TimerKit
+import TimerKitTestSupport
 
 @Suite("Bad input is a typed error naming the value")
 struct BadInputTests {
@@ -20,6 +21,12 @@ struct BadInputTests {
         Case(label: "negative interval", schedule: .every(ms(-10)), expected: .negativeDuration(parameter: "interval", value: ms(-10))),
         Case(label: "zero interval", schedule: .every(.zero), expected: .zeroInterval(parameter: "interval")),
         Case(label: "zero interval in seconds", schedule: .every(seconds: 0), expected: .zeroInterval(parameter: "interval")),
+        Case(label: "sub-nanosecond interval in seconds", schedule: .every(seconds: 1e-12),
+             expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 1e-12)),
+        Case(label: "sub-nanosecond interval", schedule: .every(Duration(secondsComponent: 0, attosecondsComponent: 500_000_000)),
+             expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 5e-10)),
+        Case(label: "zero interval on a grid", schedule: .every(.nanoseconds(0), startingAt: .distantFuture),
+             expected: .zeroInterval(parameter: "interval")),
         Case(label: "infinite interval", schedule: .every(seconds: -.infinity), expected: .nonFiniteSeconds(parameter: "interval", value: -.infinity)),
         Case(label: "negative first delay", schedule: .every(ms(10), firstAfter: ms(-1)), expected: .negativeDuration(parameter: "firstAfter", value: ms(-1))),
         Case(label: "zero count", schedule: .every(ms(10), count: 0), expected: .invalidCount(0)),
@@ -33,12 +40,20 @@ struct BadInputTests {
     func badScheduleIsRefused(_ testCase: Case) {
         let registry = TimerRegistry()
         let clock = ManualBackend(registry: registry)
-        let error = #expect(throws: TimerError.self) {
+        // TimerError's equality treats NaN as equal to NaN, so even the NaN cases match.
+        #expect(throws: testCase.expected) {
             try clock.schedule(testCase.schedule, name: testCase.name, tolerance: testCase.tolerance) { _ in }
         }
-        // NaN never equals itself, so compare the description, which names the value.
-        #expect(error?.description == testCase.expected.description)
         #expect(registry.count == 0, "nothing is left behind by a refused schedule")
+    }
+
+    @Test func errorsNamingNaNEqualThemselves() {
+        let nan = TimerError.nonFiniteSeconds(parameter: "delay", value: .nan)
+        #expect(nan == nan)
+        #expect(nan != .nonFiniteSeconds(parameter: "delay", value: .infinity))
+        #expect(nan != .nonFiniteSeconds(parameter: "interval", value: .nan))
+        #expect(TimerError.invalidFrameRate(.nan) == .invalidFrameRate(.nan))
+        #expect(TimerError.intervalBelowOneNanosecond(parameter: "interval", seconds: 1e-12).description.contains("1 ns"))
     }
 
     @Test func badRescheduleKeepsTheOldSchedule() throws {

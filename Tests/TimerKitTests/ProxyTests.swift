@@ -1,5 +1,6 @@
 import Testing
 @testable import TimerKit
+import TimerKitTestSupport
 
 /// The seeds' ViewController: owns a repeating timer that targets itself.
 final class Ticker: Sendable {
@@ -31,10 +32,27 @@ struct ProxyTests {
         let handle = try #require(ticker?.timer.current)
         ticker = nil
         #expect(deinitRan.current, "the timer must not keep its target alive")
+        // The registry does not scan on every read; an explicit purge ends it at once.
+        #expect(registry.cancelTimersOfReleasedTargets() == 1)
         #expect(registry.count == 0, "a dead target's timer leaves the registry")
         #expect(handle.currentState == .cancelled)
         clock.advance(by: ms(100))
         #expect(handle.fireCount == 3)
+    }
+
+    @Test func lookupsAndListingsEndTimersWhoseTargetIsGone() throws {
+        let clock = ManualBackend(registry: registry)
+        var ticker: Ticker? = try Ticker(backend: clock) {}
+        let handle = try #require(ticker?.timer.current)
+        ticker = nil
+        #expect(registry.timer(named: "ticker") == nil, "a lookup never returns a timer whose target is gone")
+        #expect(handle.currentState == .cancelled)
+        #expect(registry.count == 0)
+        var other: Ticker? = try Ticker(backend: clock) {}
+        _ = other
+        other = nil
+        #expect(registry.snapshot().isEmpty)
+        #expect(registry.count == 0)
     }
 
     @Test func aDeadTargetsTimerStopsAtItsNextTickEvenUnobserved() throws {

@@ -1,5 +1,6 @@
 import Testing
 @testable import TimerKit
+import TimerKitTestSupport
 
 @Suite("Registry")
 struct RegistryTests {
@@ -79,6 +80,31 @@ struct RegistryTests {
         #expect(snaps[1].state == .suspended)
         #expect(snaps[1].nextDeadline == nil)
         #expect(snaps[1].interval == nil)
+    }
+
+    @Test func snapshotsNeverListEndedTimers() throws {
+        let clock = ManualBackend(registry: registry)
+        let finished = try clock.schedule(.after(ms(1)), name: "once") { _ in }
+        try clock.schedule(.every(ms(1)), name: "every") { _ in }
+        clock.advance(by: ms(5))
+        #expect(registry.snapshot().map(\.name) == ["every"])
+        #expect(throws: TimerError.noSuchTimer("once")) { try registry.snapshot(named: "once") }
+        #expect(finished.snapshot.state == .finished, "the handle itself still describes its ended timer")
+    }
+
+    @Test func removingAnObserverLetsItsHooksGoOutsideTheLock() throws {
+        let clock = ManualBackend(registry: registry)
+        final class CallsBack: Sendable {
+            let registry: TimerRegistry
+            init(_ registry: TimerRegistry) { self.registry = registry }
+            deinit { _ = registry.addObserver(TimerObserver()) }   // re-enters the registry
+        }
+        var hook: CallsBack? = CallsBack(registry)
+        let token = registry.addObserver(TimerObserver(willFire: { [hook] _ in _ = hook }))
+        hook = nil
+        try clock.schedule(.after(ms(1))) { _ in }
+        clock.advance(by: ms(1))
+        withWatchdog { registry.removeObserver(token) }
     }
 
     @Test func allTimersAtOnce() throws {

@@ -1,15 +1,6 @@
 import Testing
 @testable import TimerKit
-
-/// Records ticks from handlers that run on another thread.
-final class TickLog: Sendable {
-    let ticks = Locked<[Tick]>([])
-    func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
-    var all: [Tick] { ticks.current }
-    var count: Int { ticks.current.count }
-}
-
-func ms(_ value: Int) -> Duration { .milliseconds(value) }
+import TimerKitTestSupport
 
 @Suite("Scheduling on virtual time")
 struct SchedulingTests {
@@ -111,6 +102,20 @@ struct SchedulingTests {
         #expect(ticks.allSatisfy { $0.missed == 0 })
     }
 
+    @Test func timersWithEqualDeadlinesFireInSchedulingOrder() throws {
+        let clock = self.clock
+        let order = Locked<[Int]>([])
+        let deadline = clock.now() + ms(10)
+        var timers: [TimerHandle] = []
+        for index in 0..<100 {
+            timers.append(try clock.schedule(.at(deadline)) { _ in order.withLock { $0.append(index) } })
+        }
+        // A reschedule queues the timer again, behind those already queued for that deadline.
+        try timers[3].reschedule(.at(deadline))
+        clock.advance(by: ms(10))
+        #expect(order.current == Array(0..<3) + Array(4..<100) + [3])
+    }
+
     @Test func delayRestartsTheGridFromNow() throws {
         let clock = self.clock
         let log = TickLog()
@@ -123,6 +128,29 @@ struct SchedulingTests {
         let ticks = log.all
         #expect(ticks.map { $0.scheduled - start } == [ms(10), ms(45), ms(55), ms(65)])
         #expect(ticks.map(\.missed) == [0, 2, 0, 0])
+    }
+
+    @Test func delayKeepsTheGridForJitterAndRestartsItFromTheThreshold() throws {
+        let clock = self.clock
+        let log = TickLog()
+        let start = clock.now()
+        // Interval 10 ms, so the threshold is 5 ms. Tick 0 (due 10) runs 14 ms, so tick 1
+        // (due 20) fires at 24: 4 ms late, jitter, the grid stays. Tick 1 runs 12 ms, so tick
+        // 2 (due 30) fires at 36: 6 ms late, the grid restarts there.
+        let stalls = Locked([ms(14), ms(12)])
+        try clock.schedule(.every(ms(10)), missedTicks: .delay) { tick in
+            log.record(tick)
+            if let stall = stalls.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { clock.stall(for: stall) }
+        }
+        clock.advance(by: ms(60))
+        let ticks = log.all
+        #expect(ticks[0].scheduled - start == ms(10))
+        #expect(ticks[1].scheduled - start == ms(20), "4 ms late is jitter: the grid stays")
+        #expect(ticks[2].scheduled - start == ms(36), "6 ms late restarts the grid at the fire")
+        #expect(ticks[2].missed == 0)
+        #expect(ticks[3].scheduled - start == ms(46))
+        #expect(MissedTickPolicy.delayThreshold(interval: ms(2)) == ms(2))
+        #expect(MissedTickPolicy.delayThreshold(interval: .seconds(1)) == ms(5))
     }
 
     @Test func toleranceLetsATimerFireLateButNeverLaterThanAllowed() throws {

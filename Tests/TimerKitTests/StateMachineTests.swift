@@ -1,5 +1,6 @@
 import Testing
 @testable import TimerKit
+import TimerKitTestSupport
 
 @Suite("State machine and cancellation")
 struct StateMachineTests {
@@ -154,13 +155,21 @@ struct StateMachineTests {
         #expect(log.count >= 1)
     }
 
-    @Test func aRefusedReArmInsideTheLoopEndsTheTimerAndIsRecorded() throws {
+    /// A loop that cannot re-arm its wake-up would never fire again: it shuts its scheduler
+    /// down with the reason instead of accepting timers that never fire.
+    @Test func aRefusedReArmInsideTheLoopShutsTheSchedulerDownWithTheReason() throws {
         let clock = ManualBackend(registry: registry)
         let refusal = TimerError.nativeFailure(backend: "manual", call: "event_add")
         let timer = try clock.schedule(.every(ms(10))) { _ in clock.injectedWakeFailure = refusal }
+        let paused = try clock.schedule(.every(ms(10))) { _ in }
+        try paused.suspend()
         clock.advance(by: ms(10))
         #expect(timer.currentState == .cancelled)
-        #expect(clock.scheduler.lastDriverFailure == refusal)
+        #expect(paused.currentState == .cancelled)
+        #expect(clock.scheduler.failure == refusal)
         #expect(registry.count == 0)
+        clock.injectedWakeFailure = nil
+        #expect(throws: TimerError.loopFailed(backend: "manual", cause: refusal)) { try clock.schedule(.after(ms(1))) { _ in } }
+        #expect(TimerError.loopFailed(backend: "manual", cause: refusal).description.contains("event_add"))
     }
 }

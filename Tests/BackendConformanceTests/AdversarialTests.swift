@@ -1,0 +1,371 @@
+import Dispatch
+import Foundation
+import Testing
+import TimerKit
+import TimerKitTestSupport
+
+/// An object whose `deinit` calls back into TimerKit — cancels, waits, schedules, looks up
+/// and snapshots timers of the same backend and registry — like the iOS habit
+/// `deinit { timer.invalidate() }`. If TimerKit releases it while holding a lock, the
+/// thread re-enters that lock: a hang in release builds, a crash in debug builds.
+final class CallsBackOnDeinit: Sendable {
+    let backend: any TimerBackend
+    let other: TimerHandle
+    let deinits: Counter
+
+    init(_ backend: any TimerBackend, deinits: Counter) throws {
+        self.backend = backend
+        self.deinits = deinits
+        other = try backend.schedule(.after(.seconds(3600))) { _ in }
+    }
+
+    deinit {
+        other.cancelAndWait()
+        if let fresh = try? backend.schedule(.after(.seconds(3600)), handler: { _ in }) {
+            _ = backend.registry.timer(named: fresh.name)
+            try? fresh.suspend()
+            fresh.cancel()
+        }
+        _ = backend.registry.snapshot()
+        _ = backend.registry.count
+        _ = backend.registry.timer(named: other.name)
+        deinits.increment()
+    }
+}
+
+extension ConformanceTests {
+    @Suite("Adversarial: re-entrant releases, races, extreme deadlines, shutdown")
+    struct Adversarial {
+        // MARK: Releases that call back
+
+        @Test(arguments: BackendKind.allCases)
+        func aFinishedOneShotsCapturesMayCallBackWhenReleased(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let deinits = Counter()
+            let fired = Counter()
+            for _ in 0..<3 {
+                let captured = try CallsBackOnDeinit(h.backend, deinits: deinits)
+                try h.backend.schedule(.after(ms(1))) { _ in
+                    withExtendedLifetime(captured) { fired.increment() }
+                }
+            }
+            // The closures now hold the last references: they go when the one-shots finish.
+            #expect(h.waitUntil { deinits.current == 3 })
+            #expect(fired.current == 3)
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aCancelledTimersCapturesMayCallBackWhenReleased(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let deinits = Counter()
+            let fired = Counter()
+            var timers: [TimerHandle] = []
+            for _ in 0..<2 {
+                let captured = try CallsBackOnDeinit(h.backend, deinits: deinits)
+                timers.append(try h.backend.schedule(.every(ms(1))) { _ in withExtendedLifetime(captured) { fired.increment() } })
+            }
+            // One cancels itself from inside its handler, one is cancelled from another thread.
+            let selfCancelling = try CallsBackOnDeinit(h.backend, deinits: deinits)
+            try h.backend.schedule(.every(ms(1))) { tick in
+                withExtendedLifetime(selfCancelling) { tick.timer.cancel() }
+            }
+            _ = consume selfCancelling
+            #expect(h.waitUntil { fired.current >= 2 })
+            onBackgroundThread { [timers] in timers[0].cancel() }
+            timers[1].cancel()
+            #expect(h.waitUntil { deinits.current == 3 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aTargetReleasedDuringItsActionMayCallBackFromItsDeinit(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let deinits = Counter()
+            let holder = Locked<CallsBackOnDeinit?>(try CallsBackOnDeinit(h.backend, deinits: deinits))
+            let target = try #require(holder.current)
+            let timer = try h.backend.schedule(.every(ms(1)), target: target) { _, _ in
+                // Drops the only other reference: the fire path's is the last one.
+                holder.withLock { $0 = nil }
+            }
+            _ = consume target
+            #expect(h.waitUntil { deinits.current == 1 })
+            #expect(h.waitUntil { timer.currentState == .cancelled })
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func observersMayCallBackWhenReleased(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let deinits = Counter()
+            let fired = Counter()
+            // A registry observer, removed from inside a handler.
+            let forRegistry = try CallsBackOnDeinit(h.backend, deinits: deinits)
+            let token = h.registry.addObserver(TimerObserver(willFire: { _ in withExtendedLifetime(forRegistry) {} }))
+            _ = consume forRegistry
+            // A per-timer observer: released with the timer, once it has finished.
+            let forTimer = try CallsBackOnDeinit(h.backend, deinits: deinits)
+            let observed = try h.backend.schedule(.after(ms(2))) { _ in
+                h.registry.removeObserver(token)
+                fired.increment()
+            }
+            try observed.addObserver(TimerObserver(didFire: { _, _ in withExtendedLifetime(forTimer) {} }))
+            _ = consume forTimer
+            _ = consume observed
+            #expect(h.waitUntil { fired.current == 1 })
+            #expect(h.waitUntil { _ = h.registry.count; return deinits.current == 2 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func shutdownMayReleaseCapturesThatCallBack(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            let deinits = Counter()
+            for index in 0..<4 {
+                let captured = try CallsBackOnDeinit(h.backend, deinits: deinits)
+                let timer = try h.backend.schedule(.every(.seconds(60))) { _ in withExtendedLifetime(captured) {} }
+                if index.isMultiple(of: 2) { try timer.suspend() }
+            }
+            h.shutdown()
+            #expect(deinits.current == 4)
+        }
+
+        // MARK: Cancel racing fire
+
+        /// Each timer is alone in its backend when it is cancelled at about its deadline, so
+        /// the cancel also disarms the native wake-up while the loop may be firing it: the
+        /// most common race in a server (a timeout cancelled as it expires).
+        @Test(arguments: BackendKind.allCases)
+        func cancellingAtTheMomentOfFiringNeverHangsNorFiresAfterwards(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let waitedOut = Locked<Set<UInt64>>([])
+            let lateCalls = Counter()
+            let fired = Counter()
+            let stopDriving = Locked(false)
+            if let manual = h.manual {
+                onBackgroundThread {
+                    while !stopDriving.current { manual.advance(by: .microseconds(50)) }
+                }
+            }
+            onThreads(2) { _ in
+                var rng = SystemRandomNumberGenerator()
+                for _ in 0..<300 {
+                    let delay = Duration.microseconds(Int64.random(in: 50...600, using: &rng))
+                    guard let timer = try? h.backend.schedule(.after(delay), handler: { tick in
+                        if waitedOut.current.contains(tick.timer.id) { lateCalls.increment() }
+                        fired.increment()
+                    }) else { continue }
+                    if kind.isRealTime { blockRealTime(delay) }
+                    timer.cancelAndWait()
+                    waitedOut.withLock { _ = $0.insert(timer.id) }
+                }
+            }
+            stopDriving.withLock { $0 = true }
+            h.pass(ms(20))
+            #expect(lateCalls.current == 0, "a handler began after its timer's cancelAndWait() returned")
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func suspendResumeAndRescheduleRacingFireKeepTheirPromises(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let waitedOut = Locked(false)
+            let lateCalls = Counter()
+            let fired = Counter()
+            let timer = try h.backend.schedule(.every(ms(1))) { _ in
+                if waitedOut.current { lateCalls.increment() }
+                fired.increment()
+            }
+            let stopDriving = Locked(false)
+            if let manual = h.manual {
+                onBackgroundThread {
+                    while !stopDriving.current { manual.advance(by: .microseconds(100)) }
+                }
+            }
+            onThreads(3) { worker in
+                var rng = SystemRandomNumberGenerator()
+                for step in 0..<400 {
+                    switch (worker + step) % 3 {
+                    case 0: try? timer.suspend()
+                    case 1: try? timer.resume()
+                    default: try? timer.reschedule(.every(.microseconds(Int64.random(in: 300...2000, using: &rng))))
+                    }
+                    if kind.isRealTime && step.isMultiple(of: 20) { blockRealTime(.microseconds(200)) }
+                }
+            }
+            try? timer.resume()
+            #expect(h.waitUntil { fired.current >= 1 })
+            timer.cancelAndWait()
+            waitedOut.withLock { $0 = true }
+            stopDriving.withLock { $0 = true }
+            h.pass(ms(20))
+            #expect(lateCalls.current == 0)
+            #expect(timer.currentState == .cancelled)
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        // MARK: Extreme deadlines
+
+        /// "Park it forever" deadlines must neither fire nor spin. Each backend runs in a
+        /// child process, where the process's CPU time is the backend's alone.
+        @Test(arguments: BackendKind.allCases)
+        func extremeDeadlinesNeverFireAndBurnNoCPU(_ kind: BackendKind) async {
+            await #expect(processExitsWith: .success) { [kind] in
+                let h = try kind.makeHarness()
+                let fired = Counter()
+                let record: @Sendable (Tick) -> Void = { _ in fired.increment() }
+                let schedules: [TimerSchedule] = [
+                    .after(.seconds(Int64.max)), .at(.distantFuture), .after(seconds: 1e300), .at(TimerScheduler.horizon),
+                    .every(.seconds(Int64.max)), .every(ms(1), firstAfter: .seconds(Int64.max)),
+                    .every(seconds: 1e300), .at(MonotonicInstant(nanoseconds: UInt64.max - 1)),
+                ]
+                for schedule in schedules {
+                    try h.backend.schedule(schedule, handler: record)
+                    try h.backend.schedule(schedule, tolerance: .seconds(Int64.max), handler: record)
+                }
+                // A far but ordinary deadline with a huge tolerance still arms, for an hour away.
+                try h.backend.schedule(.after(.seconds(3600)), tolerance: .seconds(Int64.max), handler: record)
+                let before = processCPUSeconds()
+                if let manual = h.manual {
+                    manual.advance(by: .seconds(1))
+                } else {
+                    blockRealTime(.seconds(1))
+                }
+                let cpu = processCPUSeconds() - before
+                if fired.current != 0 { exit(2) }
+                if cpu > 0.25 { exit(3) }   // a spinning loop burns about 1 s here
+                if h.registry.count != 17 { exit(4) }
+                h.shutdown()
+                exit(0)
+            }
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func toleranceBeyondTheIntervalIsCappedAtHalfOfIt(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let log = TickLog()
+            // Uncapped, a lone timer fires at the end of its 50 ms window: every tick would be
+            // an interval late, counted missed, and the rate would halve.
+            try h.backend.schedule(.every(ms(10)), tolerance: ms(50), handler: log.record)
+            #expect(h.waitUntil { log.count >= 5 })
+            let ticks = log.all.prefix(5)
+            for (previous, tick) in zip(ticks, ticks.dropFirst()) {
+                #expect((tick.scheduled - previous.scheduled).components.attoseconds % 10_000_000_000_000_000 == 0)
+            }
+            if kind == .manual {
+                #expect(ticks.allSatisfy { $0.missed == 0 && $0.lateness == ms(5) })
+                #expect(zip(ticks, ticks.dropFirst()).allSatisfy { $1.scheduled - $0.scheduled == ms(10) })
+            } else {
+                #expect(ticks.contains { $0.missed == 0 }, "with the cap, ticks are not an interval late by design")
+            }
+        }
+
+        // MARK: Shutdown
+
+        @Test(arguments: BackendKind.allCases)
+        func shutdownFromInsideAHandler(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let returned = Counter()
+            let other = try h.backend.schedule(.every(ms(1))) { _ in }
+            try h.backend.schedule(.after(ms(2))) { _ in
+                h.backend.shutdown()   // must not wait for itself, nor join its own thread
+                returned.increment()
+            }
+            #expect(h.waitUntil { returned.current == 1 })
+            #expect(other.currentState == .cancelled)
+            #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) { try h.backend.schedule(.after(ms(1))) { _ in } }
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        /// The owner of a backend usually runs where its handlers run: a block on the queue a
+        /// Dispatch backend targets, a callback of the caller's libevent or run loop.
+        @Test(arguments: BackendKind.allCases)
+        func shutdownFromTheCallersQueueOrLoop(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let fired = Counter()
+            try h.backend.schedule(.every(ms(1))) { _ in fired.increment() }
+            #expect(h.waitUntil { fired.current >= 2 })
+            let done = DispatchSemaphore(value: 0)
+            h.onCallerContext {
+                h.backend.shutdown()
+                done.signal()
+            }
+            #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func afterShutdownReturnsNoHandlerIsRunning(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let entered = DispatchSemaphore(value: 0)
+            let running = Locked(false)
+            try h.backend.schedule(.after(ms(1))) { _ in
+                running.withLock { $0 = true }
+                entered.signal()
+                blockRealTime(ms(100))
+                running.withLock { $0 = false }
+            }
+            h.driveInBackground(for: ms(5))
+            #expect(entered.wait(timeout: .now() + .seconds(10)) == .success)
+            h.backend.shutdown()
+            #expect(!running.current, "shutdown() returned while a handler of the backend was still running")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func shutdownWhileOtherThreadsSchedule(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let accepted = Locked<[TimerHandle]>([])
+            let unexpected = Locked<[TimerError]>([])
+            let started = DispatchSemaphore(value: 0)
+            let finished = DispatchSemaphore(value: 0)
+            for _ in 0..<3 {
+                onBackgroundThread {
+                    defer { finished.signal() }
+                    started.signal()
+                    var rng = SystemRandomNumberGenerator()
+                    while true {
+                        do throws(TimerError) {
+                            let timer = try h.backend.schedule(.after(.microseconds(Int64.random(in: 0...3000, using: &rng)))) { _ in }
+                            accepted.withLock { $0.append(timer) }
+                        } catch .backendShutDown {
+                            return
+                        } catch {
+                            unexpected.withLock { $0.append(error) }
+                            return
+                        }
+                    }
+                }
+            }
+            for _ in 0..<3 { started.wait() }
+            // Real time on every backend: on Manual, advancing virtual time while three threads
+            // keep adding timers due inside the window would fire them forever.
+            blockRealTime(ms(10))
+            h.backend.shutdown()
+            for _ in 0..<3 { #expect(finished.wait(timeout: .now() + .seconds(10)) == .success) }
+            #expect(unexpected.current.isEmpty)
+            #expect(h.waitUntil { accepted.current.allSatisfy { !$0.isActive } }, "every accepted timer ended")
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func resumeAndRescheduleAfterShutdownAreRefused(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let timer = try h.backend.schedule(.every(ms(5)), name: "paused") { _ in }
+            try timer.suspend()
+            h.backend.shutdown()
+            let ended = TimerError.timerEnded(name: "paused", state: .cancelled)
+            #expect(throws: ended) { try timer.resume() }
+            #expect(throws: ended) { try timer.reschedule(.after(ms(1))) }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+import Dispatch
+import Testing
+import TimerKit
+import TimerKitEpoll
+import TimerKitTestSupport
+
+extension ConformanceTests {
+    /// A DisplayLink delivered on another backend, like a CADisplayLink added to a run loop.
+    @Suite("DisplayLink delivered on each backend")
+    struct DisplayDelivery {
+        @Test(arguments: BackendKind.allCases)
+        func slowCallbacksDropFramesAndNothingArrivesAfterInvalidate(_ kind: BackendKind) throws {
+            let source = try DisplaySource(refreshRate: 100, priority: .normal, registry: TimerRegistry())
+            defer { source.shutdown() }
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let frames = Locked<[DisplayFrame]>([])
+            let begun = Counter()
+            // 25 ms of work per 10 ms frame: the loop is always behind.
+            let link = try source.addLink(deliverOn: h.backend) { frame in
+                begun.increment()
+                frames.withLock { $0.append(frame) }
+                h.work(ms(25))
+            }
+            #expect(link.handle.backendName == h.backend.name, "the link is a timer of the delivering backend")
+            if let manual = h.manual, let first = link.handle.snapshot.nextDeadline {
+                manual.advance(to: first)   // virtual time starts far from the vsync grid
+            }
+            #expect(h.waitUntil { frames.current.count >= 4 })
+            link.invalidate()
+            let atInvalidate = begun.current
+            h.pass(ms(100))
+            #expect(begun.current == atInvalidate, "a callback began after invalidate() returned")
+            link.handle.cancelAndWait()   // the statistics are final once no callback runs
+            let delivered = frames.current
+            let stats = link.statistics
+            #expect(stats.framesDelivered == delivered.count)
+            #expect(stats.framesDropped == delivered.map(\.dropped).reduce(0, +))
+            #expect(stats.framesDropped >= 1, "slow callbacks drop frames instead of queueing them")
+            for (previous, frame) in zip(delivered, delivered.dropFirst()) {
+                #expect(frame.timestamp - previous.timestamp == frame.duration * (frame.dropped + 1),
+                        "every gap is whole frames, all of them counted as dropped")
+            }
+            #expect(h.waitUntil { h.registry.count == 0 })
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aPausedLinkIsSilentAndKeepsItsTarget(_ kind: BackendKind) throws {
+            let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+            defer { source.shutdown() }
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let begun = Counter()
+            let link = try source.addLink(deliverOn: h.backend) { _ in begun.increment() }
+            if let manual = h.manual, let first = link.handle.snapshot.nextDeadline {
+                manual.advance(to: first)
+            }
+            #expect(h.waitUntil { begun.current >= 2 })
+            try link.setPaused(true)
+            h.pass(ms(10))   // a callback under way when setPaused returned may still finish
+            let atPause = begun.current
+            h.pass(ms(60))
+            #expect(begun.current == atPause)
+            #expect(h.registry.count == 1, "a paused link stays registered")
+            try link.setPaused(false)
+            #expect(h.waitUntil { begun.current >= atPause + 2 })
+            link.invalidate()
+        }
+    }
+}

@@ -1,0 +1,178 @@
+import Dispatch
+import Foundation
+import Glibc
+import Testing
+import TimerKit
+
+/// Milliseconds, for brevity in tests.
+public func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+/// Records ticks from handlers that run on other threads.
+public final class TickLog: Sendable {
+    private let ticks = Locked<[Tick]>([])
+    public init() {}
+    public func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
+    public var all: [Tick] { ticks.current }
+    public var count: Int { ticks.current.count }
+}
+
+/// A counter shared with handlers.
+public final class Counter: Sendable {
+    private let value = Locked(0)
+    public init() {}
+    public func increment() { value.withLock { $0 += 1 } }
+    public var current: Int { value.current }
+}
+
+/// Blocks the calling thread for `duration` of real time (a busy handler, or a pause in a
+/// real-time test whose bounds are generous).
+public func blockRealTime(_ duration: Duration) {
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(duration.saturatingNanoseconds)))
+}
+
+/// Polls `condition` every 2 ms of real time until it holds or `timeout` passes.
+@discardableResult
+public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = MonotonicInstant.now() + timeout
+    while !condition() {
+        if MonotonicInstant.now() > deadline { return false }
+        blockRealTime(.milliseconds(2))
+    }
+    return true
+}
+
+/// Runs `body` on a new thread and waits for it to return.
+public func onNewThread(_ body: @escaping @Sendable () -> Void) {
+    onThreads(1) { _ in body() }
+}
+
+/// Runs `body` on a new thread and returns at once. Tests use threads of their own rather
+/// than the global Dispatch queues: those are as wide as the machine has cores (2 here), and
+/// with other tests blocking their workers a queued block may not start for seconds.
+public func onBackgroundThread(_ body: @escaping @Sendable () -> Void) {
+    Thread.detachNewThread(body)
+}
+
+/// Runs `body(index)` on `count` new threads at once and waits until all have returned.
+public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    let done = DispatchSemaphore(value: 0)
+    for index in 0..<count {
+        Thread.detachNewThread {
+            body(index)
+            done.signal()
+        }
+    }
+    for _ in 0..<count { done.wait() }
+}
+
+/// Fails a hung test in seconds instead of at CI's time limit: unless disarmed within
+/// `seconds`, it prints what hung and aborts the test process. A hang is the defect these
+/// tests exist to catch, and a stuck thread cannot be cancelled, so the run must end.
+public final class Watchdog: Sendable {
+    private let disarmed = DispatchSemaphore(value: 0)
+    private let done = Locked(false)
+
+    /// Arms a watchdog for the test running now (or `what`).
+    public init(_ what: String? = nil, seconds: Double = 30) {
+        let name = what ?? Test.current.map { "\($0.name)" } ?? "a test"
+        let disarmed = self.disarmed
+        Thread.detachNewThread {
+            if disarmed.wait(timeout: .now() + .nanoseconds(Int(seconds * 1e9))) == .timedOut {
+                let message = "\nWATCHDOG: \(name) did not finish within \(seconds) s: it hung. Aborting the test run.\n"
+                _ = message.withCString { write(2, $0, strlen($0)) }
+                abort()
+            }
+        }
+    }
+
+    /// Stops the watchdog. Idempotent.
+    public func disarm() {
+        let first = done.withLock { was in
+            defer { was = true }
+            return !was
+        }
+        if first { disarmed.signal() }
+    }
+
+    deinit { disarm() }
+}
+
+/// Runs `body` under a watchdog.
+public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body: () throws -> R) rethrows -> R {
+    let watchdog = Watchdog(what, seconds: seconds)
+    defer { watchdog.disarm() }
+    return try body()
+}
+
+// MARK: /proc readers
+
+/// Voluntary context switches of one thread of this process: how often it went to sleep.
+public func voluntarySwitches(threadID: Int32) -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/self/task/\(threadID)/status", encoding: .utf8) else { return nil }
+    return status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches") }
+        .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
+}
+
+/// CPU time (user + system) this process has used, in seconds.
+public func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// The open descriptors of this process and what each one is ("anon_inode:[eventfd]", ...).
+public func openDescriptors() -> [Int32: String] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    var result: [Int32: String] = [:]
+    for entry in entries {
+        guard let fd = Int32(entry),
+              let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)") else { continue }
+        result[fd] = target
+    }
+    return result
+}
+
+/// Kinds of descriptor the backends open (epoll instances, timerfds, eventfds, pipes).
+public func isLoopDescriptor(_ target: String) -> Bool {
+    target.hasPrefix("anon_inode:") || target.hasPrefix("pipe:")
+}
+
+/// In a child process (an exit test): makes Dispatch open the descriptors it opens lazily
+/// (its epoll and eventfd), so that counts taken afterwards see only what a test opens.
+public func warmUpDispatch() {
+    let queue = DispatchQueue(label: "warm-up")
+    let source = DispatchSource.makeTimerSource(queue: queue)
+    let fired = DispatchSemaphore(value: 0)
+    source.setEventHandler { fired.signal() }
+    source.schedule(deadline: .now() + .milliseconds(1))
+    source.activate()
+    _ = fired.wait(timeout: .now() + .seconds(5))
+    source.cancel()
+    DispatchQueue.global().sync {}
+}
+
+/// In a child process: fills the descriptor table so that exactly `room` descriptors are
+/// free, by lowering RLIMIT_NOFILE and opening fillers up to it. Returns a closure that
+/// closes the fillers and restores the limit. Other threads of the child must not open
+/// descriptors meanwhile (call `warmUpDispatch()` first).
+public func leaveRoomForDescriptors(_ room: Int) -> () -> Void {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    let original = limit
+    let highest = openDescriptors().keys.max() ?? 2
+    limit.rlim_cur = rlim_t(highest + 64)
+    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    var fillers: [Int32] = []
+    while true {
+        let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        if fd < 0 { break }
+        fillers.append(fd)
+    }
+    for _ in 0..<min(room, fillers.count) { close(fillers.removeLast()) }
+    return {
+        for fd in fillers { close(fd) }
+        var restored = original
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &restored)
+    }
+}

@@ -5,7 +5,7 @@ SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors
 BENCH        = .build/release/timerkit-bench
 
-.PHONY: all setup build test tsan demo bench-quick clean
+.PHONY: all setup build test tsan asan demo bench-quick clean
 
 all: test
 
@@ -34,8 +34,12 @@ bench-quick:
 	.build/debug/timerkit-bench --quick --json > .build/bench-quick.json
 	python3 scripts/check-bench-json.py .build/bench-quick.json
 
+# The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder.
 tsan: setup
 	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+
+asan: setup
+	LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan
 
 demo: setup
 	$(SWIFT) build -c release $(STRICT) --product timerkit-bench
@@ -43,4 +47,4 @@ demo: setup
 	@echo 'HTML report with charts: timerkit-report.html'
 
 clean:
-	rm -rf .build .build-tsan
+	rm -rf .build .build-tsan .build-asan

@@ -3,8 +3,8 @@ import Foundation
 
 /// A backend on a Foundation `RunLoop`, with run-loop modes that behave as on iOS.
 ///
-/// Each mode the backend uses gets one core scheduler and ONE native `Timer` in that mode
-/// (re-armed by moving its fire date), however many timers are scheduled: Foundation's
+/// Each mode the backend uses gets one core scheduler and ONE native run-loop timer in that
+/// mode (re-armed by moving its fire date), however many timers are scheduled: Foundation's
 /// `invalidate()` is O(n) in a mode's timers, so a `Timer` per user timer does not scale.
 ///
 /// A timer scheduled in `.default` waits while the loop runs in another mode (such as a
@@ -60,7 +60,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
         self.cfRunLoop = refs.cfRunLoop
         self.registry = registry
         self.isAttached = false
-        let view = ModeView(mode: .default, runLoop: refs.runLoop, registry: registry)
+        let view = ModeView(mode: .default, runLoop: refs.cfRunLoop, registry: registry)
         self.scheduler = view.scheduler
         views[.default] = view
     }
@@ -79,7 +79,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
         self.loop = nil
         self.registry = registry
         self.isAttached = true
-        let view = ModeView(mode: .default, runLoop: runLoop, registry: registry)
+        let view = ModeView(mode: .default, runLoop: cfRunLoop, registry: registry)
         self.scheduler = view.scheduler
         views[.default] = view
     }
@@ -91,7 +91,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     public func mode(_ mode: RunLoop.Mode) -> any TimerBackend {
         mutex.withLock {
             if let view = views[mode] { return view }
-            let view = ModeView(mode: mode, runLoop: runLoop, registry: registry)
+            let view = ModeView(mode: mode, runLoop: cfRunLoop, registry: registry)
             if isShutDown { view.shutdown() }
             views[mode] = view
             return view
@@ -101,8 +101,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     /// Makes `mode` one of the loop's common modes, so `.common` timers fire while the loop
     /// runs in it (Foundation offers no other way on Linux).
     public func addCommonMode(_ mode: RunLoop.Mode) {
-        let name = CFStringCreateWithCString(nil, mode.rawValue, CFStringBuiltInEncodings.UTF8.rawValue)
-        CFRunLoopAddCommonMode(cfRunLoop, name)
+        CFRunLoopAddCommonMode(cfRunLoop, cfMode(mode))
     }
 
     /// Cancels the timers of every mode and removes the native timers; an owned loop is
@@ -138,35 +137,62 @@ private struct LoopRefs: @unchecked Sendable {
 }
 
 /// One mode of a run loop: a scheduler and the single native timer that wakes it.
+///
+/// The native timer is a CoreFoundation `CFRunLoopTimer`, not a Foundation `Timer`: on Linux
+/// a `Timer` added to a secondary thread's run loop is never freed (measured with
+/// LeakSanitizer: one `Timer` and its CF timer per use, with or without TimerKit), while a
+/// CF timer with a retained context is.
 private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
     // @unchecked: `timer` is only used through thread-safe CF calls (setting the fire date,
     // invalidating), made while the scheduler's lock serialises them.
     let scheduler: TimerScheduler
-    private let timer: Timer
+    private let timer: CFRunLoopTimer
 
-    init(mode: RunLoop.Mode, runLoop: RunLoop, registry: TimerRegistry) {
+    /// What the CF timer calls back: the scheduler, held weakly (the backend owns it).
+    private final class Callback {
+        weak var scheduler: TimerScheduler?
+        init(_ scheduler: TimerScheduler) { self.scheduler = scheduler }
+    }
+
+    private static let never = Date.distantFuture.timeIntervalSinceReferenceDate
+
+    init(mode: RunLoop.Mode, runLoop: CFRunLoop, registry: TimerRegistry) {
         let name = mode == .default ? "runloop" : "runloop[\(mode.rawValue)]"
         let scheduler = TimerScheduler(backendName: name, registry: registry)
         self.scheduler = scheduler
-        // init(fire:...), not init(timeInterval:...), which fires at once on Linux. Repeating
-        // with a decades-long interval so it stays valid between re-arms.
-        timer = Timer(fire: .distantFuture, interval: 1e9, repeats: true) { [weak scheduler] _ in
-            scheduler?.fireDueTimers()
-        }
-        timer.tolerance = 0
-        runLoop.add(timer, forMode: mode)
+        // CF retains the context for the timer's life and releases it when the timer goes.
+        let callback = Unmanaged.passRetained(Callback(scheduler))
+        var context = CFRunLoopTimerContext(
+            version: 0, info: callback.toOpaque(),
+            retain: { info in
+                guard let info else { return nil }
+                _ = Unmanaged<Callback>.fromOpaque(info).retain()
+                return UnsafeRawPointer(info)
+            },
+            release: { info in
+                guard let info else { return }
+                Unmanaged<Callback>.fromOpaque(info).release()
+            },
+            copyDescription: nil)
+        // Repeating with a decades-long interval, so it stays valid between re-arms.
+        timer = CFRunLoopTimerCreate(nil, Self.never, 1e9, 0, 0, { _, info in
+            guard let info else { return }
+            Unmanaged<Callback>.fromOpaque(info).takeUnretainedValue().scheduler?.fireDueTimers()
+        }, &context)
+        callback.release()   // the timer holds its own reference now
+        CFRunLoopAddTimer(runLoop, timer, cfMode(mode))
         scheduler.attach(self)
     }
 
     func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        if deadline == .distantFuture {
-            timer.fireDate = .distantFuture
+        guard deadline != .distantFuture else {
+            CFRunLoopTimerSetNextFireDate(timer, Self.never)
             return
         }
-        // Foundation timers take wall-clock dates; convert through the distance from now.
+        // Run-loop timers take wall-clock dates; convert through the distance from now.
         let now = MonotonicInstant.now()
         let delay = deadline > now ? Double((deadline - now).saturatingNanoseconds) / 1e9 : 0
-        timer.fireDate = Date(timeIntervalSinceNow: delay)
+        CFRunLoopTimerSetNextFireDate(timer, CFAbsoluteTimeGetCurrent() + delay)
     }
 
     func shutdown() {
@@ -174,5 +200,15 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
         removeNativeTimer()
     }
 
-    func removeNativeTimer() { timer.invalidate() }
+    func removeNativeTimer() { CFRunLoopTimerInvalidate(timer) }
+}
+
+/// CoreFoundation's name for a run-loop mode. The common and default modes must be CF's own
+/// constants: `CFRunLoopAddTimer` recognises the common modes by pointer, not by name.
+private func cfMode(_ mode: RunLoop.Mode) -> CFRunLoopMode {
+    switch mode {
+    case .common: kCFRunLoopCommonModes
+    case .default: kCFRunLoopDefaultMode
+    default: CFStringCreateWithCString(nil, mode.rawValue, CFStringBuiltInEncodings.UTF8.rawValue)
+    }
 }

@@ -4,7 +4,7 @@ import Glibc
 ///
 /// Errors compare equal when they name the same values; NaN counts as equal to NaN here,
 /// so `#expect(throws: TimerError.nonFiniteSeconds(parameter: "delay", value: .nan))` matches.
-public indirect enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A duration parameter was negative.
     case negativeDuration(parameter: String, value: Duration)
     /// A duration given in seconds was NaN or infinite.
@@ -29,7 +29,7 @@ public indirect enum TimerError: Error, Equatable, Sendable, CustomStringConvert
     case backendShutDown(backend: String)
     /// The backend's loop stopped on an error it could not recover from; its timers were
     /// cancelled. `cause` is what the loop reported.
-    case loopFailed(backend: String, cause: TimerError)
+    indirect case loopFailed(backend: String, cause: TimerError)
     /// A frame rate was zero, negative, NaN or above the supported maximum.
     case invalidFrameRate(Double)
     /// An option was outside its allowed range.

@@ -104,8 +104,8 @@ public final class TimerRegistry: @unchecked Sendable {
         withExtendedLifetime(flushed) {}
     }
 
-    /// Clears the slots of pending removals. Returns the references it let go of, for the
-    /// caller to release after unlocking (a timer's deinit may run user code).
+    /// Clears the slots of pending removals. Returns the batch, whose references the caller
+    /// releases after unlocking (a timer's deinit may run user code).
     private func flushLocked() -> [TimerHandle] {
         guard !pendingRemovals.isEmpty else { return [] }
         // A read-only pass first: its loads are independent, so the CPU overlaps their cache
@@ -117,11 +117,10 @@ public final class TimerRegistry: @unchecked Sendable {
             if slot < slots.count { touched &+= UInt64(slots[slot].generation) }
         }
         guard touched != .max else { return [] }   // keeps the pass from being optimised away
-        var released: [TimerHandle] = []
-        released.reserveCapacity(pendingRemovals.count)
         for timer in pendingRemovals {
             let slot = Int(timer.id & 0xFFFF_FFFF)
-            guard slot < slots.count, let current = slots[slot].timer, current === timer else { continue }
+            // The batch still holds the timer, so clearing the slot never frees it here.
+            guard slot < slots.count, slots[slot].timer === timer else { continue }
             slots[slot].timer = nil
             // A slot whose generation would wrap is retired, so no id ever comes back.
             if slots[slot].generation < UInt32.max {
@@ -129,10 +128,9 @@ public final class TimerRegistry: @unchecked Sendable {
                 freeSlots.append(UInt32(slot))
             }
             if let name = timer.customName { idByName[name] = nil }
-            released.append(current)
         }
-        pendingRemovals.removeAll(keepingCapacity: true)
-        return released
+        defer { pendingRemovals = [] }
+        return pendingRemovals
     }
 
     /// Clears the slots of every ended timer now instead of at the next batch.

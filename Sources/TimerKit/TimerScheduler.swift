@@ -96,7 +96,9 @@ public final class TimerScheduler: @unchecked Sendable {
     public let clock: SchedulerClock
 
     let mutex = PThreadMutex()
-    private let callReturned = PThreadCondition()
+    /// Broadcast when a handler call or a `fireDueTimers` call ends, to `cancelAndWait` and
+    /// `shutdown` callers waiting for one.
+    private let firingDone = PThreadCondition()
     // The properties below are only touched while holding `mutex`, which already makes
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).
@@ -113,11 +115,12 @@ public final class TimerScheduler: @unchecked Sendable {
     @exclusivity(unchecked) private var loopFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
     private let shutDownFlag = Atomic<Bool>(false)
-    /// Handler calls under way (more than one only when a handler runs its loop nested).
-    @exclusivity(unchecked) private var callsInProgress = 0
-    /// The thread running `fireDueTimers`, valid while `callsInProgress > 0`.
+    /// `fireDueTimers` calls under way (more than one only when a handler runs its loop
+    /// nested): `shutdown` waits until it is 0.
+    @exclusivity(unchecked) private var firingDepth = 0
+    /// The thread running `fireDueTimers`, valid while `firingDepth > 0`.
     @exclusivity(unchecked) private var firingThread = pthread_t()
-    @exclusivity(unchecked) private var waitersForCalls = 0
+    @exclusivity(unchecked) private var waiters = 0
 
     private static let horizonNanoseconds = horizon.nanoseconds
     private static let delayThresholdNanoseconds: UInt64 = 5_000_000
@@ -284,22 +287,36 @@ public final class TimerScheduler: @unchecked Sendable {
         // deinits may call back into TimerKit.
         let handler = HandlerLifetime(handler: timer.handler)
         timer.handler = Self.endedHandler
+        let observers = dropObserversLocked(timer)
         mutex.unlock()
         withExtendedLifetime(handler) {}
+        withExtendedLifetime(observers) {}
         withExtendedLifetime(dropped) {}
         registry.remove(timer)
+    }
+
+    /// An ended timer never fires again: its observers go too (released by the caller after
+    /// unlocking), so that a handle kept somewhere no longer keeps their captures alive.
+    private func dropObserversLocked(_ timer: TimerHandle) -> [TimerObserver] {
+        guard let extras = timer.extras, !extras.observers.isEmpty else { return [] }
+        defer { extras.observers = [] }
+        return extras.observers
     }
 
     /// Returns once no call of `timer`'s handler is running, or at once when the caller is
     /// the thread running it (a handler waiting for itself would never return).
     func waitUntilIdle(_ timer: TimerHandle) {
         mutex.lock()
-        while timer.activeCalls > 0 && pthread_equal(firingThread, pthread_self()) == 0 {
-            waitersForCalls += 1
-            callReturned.wait(mutex)
-            waitersForCalls -= 1
-        }
+        while timer.activeCalls > 0 && !isFiringThreadLocked { waitLocked() }
         mutex.unlock()
+    }
+
+    private var isFiringThreadLocked: Bool { firingDepth > 0 && pthread_equal(firingThread, pthread_self()) != 0 }
+
+    private func waitLocked() {
+        waiters += 1
+        firingDone.wait(mutex)
+        waiters -= 1
     }
 
     func suspend(_ timer: TimerHandle) throws(TimerError) {
@@ -398,6 +415,7 @@ public final class TimerScheduler: @unchecked Sendable {
     private struct Released {
         let timer: TimerHandle
         var handler: (@Sendable (Tick) -> Void)? = nil
+        var observers: [TimerObserver] = []
         var leavesRegistry = false
     }
 
@@ -410,6 +428,8 @@ public final class TimerScheduler: @unchecked Sendable {
             return
         }
         armedKey = .max   // the wake-up that brought us here is used up
+        if firingDepth == 0 { firingThread = pthread_self() }
+        firingDepth += 1
         let now = clock.now().nanoseconds
         var released: [Released] = []
         var failure: TimerError?
@@ -424,7 +444,8 @@ public final class TimerScheduler: @unchecked Sendable {
             if timer.state == .scheduled && timer.heapIndex < 0 {
                 if timer.interval == 0 || timer.remaining == 0 {
                     timer.state = .finished
-                    released.append(Released(timer: timer, handler: timer.handler, leavesRegistry: true))
+                    released.append(Released(timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),
+                                             leavesRegistry: true))
                     timer.handler = Self.endedHandler
                 } else {
                     do throws(TimerError) { try queueLocked(timer) } catch {
@@ -447,10 +468,23 @@ public final class TimerScheduler: @unchecked Sendable {
             do throws(TimerError) { try rearmLocked() } catch { failure = error }
         }
         if let failure { stopped = beginShutdownLocked(failure: failure) }
+        // Work left for after the lock keeps this call "firing" until it is done, so that
+        // `shutdown` does not return while finished timers are still leaving the registry.
+        let hasWrapUp = !released.isEmpty || failure != nil
+        if !hasWrapUp { endFiringLocked() }
         mutex.unlock()
+        guard hasWrapUp else { return }
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
         released.removeAll()
-        if !stopped.isEmpty || failure != nil { finishShutdown(stopped) }
+        if failure != nil { finishShutdown(stopped) }
+        mutex.lock()
+        endFiringLocked()
+        mutex.unlock()
+    }
+
+    private func endFiringLocked() {
+        firingDepth -= 1
+        if waiters > 0 { firingDone.broadcast() }
     }
 
     /// Pops the next due, scheduled timer; dead entries met on the way go to `released`.
@@ -475,8 +509,6 @@ public final class TimerScheduler: @unchecked Sendable {
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }
         timer.activeCalls += 1
-        if callsInProgress == 0 { firingThread = pthread_self() }
-        callsInProgress += 1
         let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
                         missed: missed, interval: interval, timer: timer)
         return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
@@ -489,8 +521,7 @@ public final class TimerScheduler: @unchecked Sendable {
             if timer.remaining >= 0 { timer.remaining += 1 }
         }
         timer.activeCalls -= 1
-        callsInProgress -= 1
-        if waitersForCalls > 0 { callReturned.broadcast() }
+        if waiters > 0 { firingDone.broadcast() }
     }
 
     /// Makes one handler call, outside the lock, and says whether it did. Everything `call`
@@ -528,19 +559,15 @@ public final class TimerScheduler: @unchecked Sendable {
 
     // MARK: Shutdown
 
-    /// Cancels every timer of this scheduler and refuses new ones, then waits until no
-    /// handler of this scheduler is running — unless called from one (then it returns at
-    /// once: the running handler finishes after). Idempotent. Backends call it first in
-    /// their own `shutdown()`, then stop their loop.
+    /// Cancels every timer of this scheduler and refuses new ones, then waits until the
+    /// loop is no longer running any of its handlers nor any of its own bookkeeping — unless
+    /// called from that loop (then it returns at once, and the handler under way finishes
+    /// after). Idempotent. Backends call it first in their own `shutdown()`, then stop their loop.
     public func shutdown() {
         let queued = mutex.withLock { beginShutdownLocked(failure: nil) }
         finishShutdown(queued)
         mutex.lock()
-        while callsInProgress > 0 && pthread_equal(firingThread, pthread_self()) == 0 {
-            waitersForCalls += 1
-            callReturned.wait(mutex)
-            waitersForCalls -= 1
-        }
+        while firingDepth > 0 && !isFiringThreadLocked { waitLocked() }
         mutex.unlock()
     }
 

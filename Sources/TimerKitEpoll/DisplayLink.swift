@@ -74,15 +74,17 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
         let vsyncs = Atomic<Int>(0)
     }
 
-    private static let sharedSources = Mutex<[Int: DisplaySource]>([:])
+    // A pthread mutex rather than Synchronization.Mutex, which ThreadSanitizer misreads.
+    private static let sharedSourcesLock = PThreadMutex()
+    nonisolated(unsafe) private static var sharedSources: [Int: DisplaySource] = [:]   // guarded by sharedSourcesLock
 
     /// The process-wide source for `refreshRate`, made on first use: one vsync thread
     /// serves every link of the same rate.
     public static func shared(refreshRate: Int = 60) throws(TimerError) -> DisplaySource {
-        try sharedSources.withLock { (sources: inout [Int: DisplaySource]) throws(TimerError) -> DisplaySource in
-            if let source = sources[refreshRate], !source.scheduler.hasShutDown { return source }
+        try sharedSourcesLock.withLock { () throws(TimerError) -> DisplaySource in
+            if let source = sharedSources[refreshRate], !source.scheduler.hasShutDown { return source }
             let source = try DisplaySource(refreshRate: refreshRate)
-            sources[refreshRate] = source
+            sharedSources[refreshRate] = source
             return source
         }
     }

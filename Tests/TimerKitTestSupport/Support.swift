@@ -138,6 +138,13 @@ public func isLoopDescriptor(_ target: String) -> Bool {
     target.hasPrefix("anon_inode:") || target.hasPrefix("pipe:")
 }
 
+/// In a child process (an exit test), before `exit(0)`: Dispatch and CoreFoundation free a
+/// cancelled source or an invalidated run-loop timer a moment after `shutdown()` returns, and
+/// LeakSanitizer (in `make asan`) checks at exit. Without this pause it reports those.
+public func letAsynchronousReleasesFinish() {
+    blockRealTime(.milliseconds(200))
+}
+
 /// In a child process (an exit test): makes Dispatch open the descriptors it opens lazily
 /// (its epoll and eventfd), so that counts taken afterwards see only what a test opens.
 public func warmUpDispatch() {

@@ -40,6 +40,7 @@ struct BadInputTests {
     func badScheduleIsRefused(_ testCase: Case) {
         let registry = TimerRegistry()
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         // TimerError's equality treats NaN as equal to NaN, so even the NaN cases match.
         #expect(throws: testCase.expected) {
             try clock.schedule(testCase.schedule, name: testCase.name, tolerance: testCase.tolerance) { _ in }
@@ -58,6 +59,7 @@ struct BadInputTests {
 
     @Test func badRescheduleKeepsTheOldSchedule() throws {
         let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.after(ms(10)), handler: log.record)
         #expect(throws: TimerError.zeroInterval(parameter: "interval")) { try timer.reschedule(.every(.zero)) }
@@ -67,6 +69,7 @@ struct BadInputTests {
 
     @Test func hugeDurationsSaturateInsteadOfCrashing() throws {
         let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
         let timer = try clock.schedule(.every(.seconds(Int64.max), firstAfter: .seconds(Int64.max))) { _ in }
         let far = try clock.schedule(.after(seconds: 1e300)) { _ in }
         clock.advance(by: .seconds(1_000_000))

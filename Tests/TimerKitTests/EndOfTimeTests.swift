@@ -9,6 +9,7 @@ struct EndOfTimeTests {
     @Test func advancingToTheEndOfTimeWithNothingPendingReturns() {
         withWatchdog(seconds: 10) {
             let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
             clock.advance(to: .distantFuture)
             clock.advance(to: .distantFuture)
             #expect(clock.now() == .distantFuture)
@@ -18,6 +19,7 @@ struct EndOfTimeTests {
     @Test func advancingByTheLongestDurationTwiceReturns() {
         withWatchdog(seconds: 10) {
             let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
             clock.advance(by: .seconds(Int64.max))
             clock.advance(by: .seconds(Int64.max))
             #expect(clock.now() == .distantFuture, "the clock saturates at the end of time")
@@ -30,6 +32,7 @@ struct EndOfTimeTests {
         try withWatchdog(seconds: 10) {
             let registry = TimerRegistry()
             let clock = ManualBackend(registry: registry)
+            defer { clock.shutdown() }
             let fired = Locked<[String]>([])
             let record: @Sendable (Tick) -> Void = { tick in fired.withLock { $0.append(tick.timer.name) } }
             try clock.schedule(.after(.seconds(1)), name: "soon", handler: record)
@@ -48,6 +51,7 @@ struct EndOfTimeTests {
 
     @Test func aDeadlineJustBeforeTheHorizonStillFires() throws {
         let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
         let fired = Locked(false)
         let justBefore = MonotonicInstant(nanoseconds: TimerScheduler.horizon.nanoseconds - 1)
         try clock.schedule(.at(justBefore), tolerance: .seconds(Int64.max)) { _ in fired.withLock { $0 = true } }

@@ -25,6 +25,7 @@ struct ProxyTests {
 
     @Test func aTargetOwningItsTimerIsReleasedWhileTheTimerIsScheduled() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let deinitRan = Locked(false)
         var ticker: Ticker? = try Ticker(backend: clock) { deinitRan.withLock { $0 = true } }
         clock.advance(by: ms(30))
@@ -42,6 +43,7 @@ struct ProxyTests {
 
     @Test func lookupsAndListingsEndTimersWhoseTargetIsGone() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         var ticker: Ticker? = try Ticker(backend: clock) {}
         let handle = try #require(ticker?.timer.current)
         ticker = nil
@@ -57,6 +59,7 @@ struct ProxyTests {
 
     @Test func aDeadTargetsTimerStopsAtItsNextTickEvenUnobserved() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         var ticker: Ticker? = try Ticker(backend: clock) {}
         let handle = try #require(ticker?.timer.current)
         ticker = nil
@@ -67,6 +70,7 @@ struct ProxyTests {
 
     @Test func perTimerObserversSeeEveryCallWithLateness() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let before = TickLog()
         let after = Locked<[Duration]>([])
         let order = Locked<[String]>([])
@@ -83,6 +87,7 @@ struct ProxyTests {
 
     @Test func registryObserversSeeEveryTimerUntilRemoved() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let seen = Locked<[String]>([])
         let token = registry.addObserver(TimerObserver(willFire: { tick in seen.withLock { $0.append(tick.timer.name) } }))
         try clock.schedule(.after(ms(1)), name: "a") { _ in }

@@ -8,6 +8,7 @@ struct RegistryTests {
 
     @Test func generatedNamesAreUniqueAndNeverReused() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         var seen = Set<String>()
         for _ in 0..<100 {
             let timer = try clock.schedule(.after(ms(5))) { _ in }
@@ -21,6 +22,7 @@ struct RegistryTests {
 
     @Test func duplicateNamesAreRefusedUntilTheFirstTimerEnds() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let first = try clock.schedule(.after(ms(5)), name: "poll") { _ in }
         #expect(throws: TimerError.duplicateName("poll")) {
             try clock.schedule(.after(ms(5)), name: "poll") { _ in }
@@ -39,6 +41,7 @@ struct RegistryTests {
 
     @Test func lookupAndControlByName() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10)), name: "heartbeat", handler: log.record)
         #expect(registry.timer(named: "heartbeat") === timer)
@@ -58,6 +61,7 @@ struct RegistryTests {
 
     @Test func generatedNameLookupFindsTheTimer() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let timer = try clock.schedule(.after(ms(10))) { _ in }
         #expect(timer.name.hasPrefix("timer#"))
         #expect(registry.timer(named: timer.name) === timer)
@@ -65,6 +69,7 @@ struct RegistryTests {
 
     @Test func snapshotsDescribeEachTimer() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let start = clock.now()
         try clock.schedule(.every(ms(10)), name: "a") { _ in }
         let b = try clock.schedule(.after(ms(100)), name: "b") { _ in }
@@ -84,6 +89,7 @@ struct RegistryTests {
 
     @Test func snapshotsNeverListEndedTimers() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let finished = try clock.schedule(.after(ms(1)), name: "once") { _ in }
         try clock.schedule(.every(ms(1)), name: "every") { _ in }
         clock.advance(by: ms(5))
@@ -94,6 +100,7 @@ struct RegistryTests {
 
     @Test func removingAnObserverLetsItsHooksGoOutsideTheLock() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         final class CallsBack: Sendable {
             let registry: TimerRegistry
             init(_ registry: TimerRegistry) { self.registry = registry }
@@ -109,6 +116,7 @@ struct RegistryTests {
 
     @Test func allTimersAtOnce() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         for i in 0..<5 { try clock.schedule(.every(ms(10)), name: "t\(i)", handler: log.record) }
         registry.suspendAll()
@@ -136,6 +144,7 @@ struct RegistryTests {
 
     @Test func theRegistryIsSafeUnderConcurrentUse() async throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for worker in 0..<4 {
                 group.addTask {
@@ -157,6 +166,7 @@ struct RegistryTests {
             let registry = TimerRegistry()
             weakRegistry = registry
             let clock = ManualBackend(registry: registry)
+            defer { clock.shutdown() }
             let timers = try (0..<10).map { _ in try clock.schedule(.every(ms(10))) { _ in } }
             for timer in timers.prefix(5) { timer.cancel() }   // ended, waiting in the removal batch
             clock.advance(by: ms(25))

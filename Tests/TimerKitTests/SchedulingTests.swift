@@ -9,6 +9,7 @@ struct SchedulingTests {
 
     @Test func oneShotFiresOnceAtItsDeadline() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.after(ms(50)), handler: log.record)
@@ -29,6 +30,7 @@ struct SchedulingTests {
 
     @Test func oneShotAtAPastDeadlineFiresOnTheNextAdvance() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         try clock.schedule(.at(clock.now() + ms(-5)), handler: log.record)
         clock.runDue()
@@ -37,6 +39,7 @@ struct SchedulingTests {
 
     @Test func timersFireInDeadlineOrder() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let order = Locked<[Int]>([])
         for delay in [30, 10, 20, 10, 50, 40] {
             try clock.schedule(.after(ms(delay))) { _ in order.withLock { $0.append(delay) } }
@@ -47,6 +50,7 @@ struct SchedulingTests {
 
     @Test func repeatsStayOnTheGridHoweverTimeAdvances() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.every(ms(10), firstAfter: ms(3)), handler: log.record)
@@ -60,6 +64,7 @@ struct SchedulingTests {
 
     @Test func finiteCountEndsFinishedAndLeavesTheRegistry() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10), count: 3), handler: log.record)
         clock.advance(by: ms(25))
@@ -73,6 +78,7 @@ struct SchedulingTests {
 
     @Test func skipFiresTheLatestDueTickOnceAndCountsTheRest() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.every(ms(10)), missedTicks: .skip) { tick in
@@ -89,6 +95,7 @@ struct SchedulingTests {
 
     @Test func burstCatchesUpEveryMissedTick() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.every(ms(10)), missedTicks: .burst) { tick in
@@ -104,6 +111,7 @@ struct SchedulingTests {
 
     @Test func timersWithEqualDeadlinesFireInSchedulingOrder() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let order = Locked<[Int]>([])
         let deadline = clock.now() + ms(10)
         var timers: [TimerHandle] = []
@@ -118,6 +126,7 @@ struct SchedulingTests {
 
     @Test func delayRestartsTheGridFromNow() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.every(ms(10)), missedTicks: .delay) { tick in
@@ -132,6 +141,7 @@ struct SchedulingTests {
 
     @Test func delayKeepsTheGridForJitterAndRestartsItFromTheThreshold() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         // Interval 10 ms, so the threshold is 5 ms. Tick 0 (due 10) runs 14 ms, so tick 1
@@ -155,6 +165,7 @@ struct SchedulingTests {
 
     @Test func toleranceLetsATimerFireLateButNeverLaterThanAllowed() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.after(ms(10)), tolerance: ms(5), handler: log.record)
@@ -168,6 +179,7 @@ struct SchedulingTests {
 
     @Test func toleranceCoalescesWithAnEarlierWakeUp() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.after(ms(10)), name: "lenient", tolerance: ms(50), handler: log.record)
@@ -180,6 +192,7 @@ struct SchedulingTests {
 
     @Test func theDriverIsReArmedOnlyWhenTheEarliestDeadlineChanges() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let start = clock.now()
         try clock.schedule(.after(ms(30))) { _ in }
         #expect(clock.requestedWakeUp == start + ms(30))
@@ -195,6 +208,7 @@ struct SchedulingTests {
 
     @Test func aHandlerCanRescheduleItsOwnOneShot() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         try clock.schedule(.after(ms(10))) { tick in
             log.record(tick)
@@ -207,6 +221,7 @@ struct SchedulingTests {
 
     @Test func manyTimersWithRandomCancelsFireInOrderAndCancelledOnesNever() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         var rng = SystemRandomNumberGenerator()
         let fired = Locked<[(UInt64, MonotonicInstant)]>([])
         var timers: [TimerHandle] = []
@@ -229,6 +244,7 @@ struct SchedulingTests {
 
     @Test func lazyCancelCompactsAndRevivesSuspendedEntriesCorrectly() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         var rng = SystemRandomNumberGenerator()
         let fired = Locked<[(UInt64, MonotonicInstant)]>([])
         var timers: [TimerHandle] = []
@@ -258,6 +274,7 @@ struct SchedulingTests {
 
     @Test func rescheduleWhileSuspendedTakesEffectOnResume() throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         let timer = try clock.schedule(.after(ms(10)), handler: log.record)
@@ -273,6 +290,7 @@ struct SchedulingTests {
     @Test(arguments: [MissedTickPolicy.skip, .delay, .burst])
     func aStalledLoopIsCaughtUpByThePolicy(_ policy: MissedTickPolicy) throws {
         let clock = self.clock
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         try clock.schedule(.every(ms(10)), missedTicks: policy, handler: log.record)

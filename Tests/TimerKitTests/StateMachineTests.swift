@@ -8,6 +8,7 @@ struct StateMachineTests {
 
     @Test func suspendTwiceResumeOnceRunsAgain() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10)), handler: log.record)
         try timer.suspend()
@@ -27,6 +28,7 @@ struct StateMachineTests {
 
     @Test func resumingAScheduledTimerChangesNothing() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10)), handler: log.record)
         try timer.resume()
@@ -36,6 +38,7 @@ struct StateMachineTests {
 
     @Test func cancelIsIdempotentAndOperationsAfterItThrow() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let timer = try clock.schedule(.every(ms(10)), name: "t") { _ in }
         timer.cancel()
         timer.cancel()
@@ -50,6 +53,7 @@ struct StateMachineTests {
 
     @Test func operationsAfterFinishThrow() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let timer = try clock.schedule(.after(ms(1)), name: "once") { _ in }
         clock.advance(by: ms(1))
         #expect(throws: TimerError.timerEnded(name: "once", state: .finished)) { try timer.resume() }
@@ -59,6 +63,7 @@ struct StateMachineTests {
 
     @Test func noHandlerRunsAfterCancelReturns() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10)), handler: log.record)
         clock.advance(by: ms(20))
@@ -69,6 +74,7 @@ struct StateMachineTests {
 
     @Test func aHandlerMayCancelItselfAndWaitWithoutDeadlock() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         try clock.schedule(.every(ms(10))) { tick in
             log.record(tick)
@@ -81,6 +87,7 @@ struct StateMachineTests {
 
     @Test func aHandlerSuspendingItselfStaysSuspended() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let timer = try clock.schedule(.every(ms(10))) { tick in
             log.record(tick)
@@ -96,6 +103,7 @@ struct StateMachineTests {
 
     @Test func rescheduleReplacesTheSchedule() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let start = clock.now()
         let timer = try clock.schedule(.after(ms(100)), handler: log.record)
@@ -106,6 +114,7 @@ struct StateMachineTests {
 
     @Test func shutdownCancelsEveryTimerAndRefusesNewOnes() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let log = TickLog()
         let running = try clock.schedule(.every(ms(10)), handler: log.record)
         let paused = try clock.schedule(.every(ms(10)), handler: log.record)
@@ -126,6 +135,7 @@ struct StateMachineTests {
         weak var weakTimer: TimerHandle?
         do {
             let clock = ManualBackend(registry: registry)
+            defer { clock.shutdown() }
             let box = Locked<TimerHandle?>(nil)
             let timer = try clock.schedule(.every(ms(10))) { _ in _ = box.current }
             box.withLock { $0 = timer }   // a cycle through the handler
@@ -137,6 +147,7 @@ struct StateMachineTests {
 
     @Test func aDriverThatRefusesToArmIsATypedErrorAndLeavesNothingBehind() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let refusal = TimerError.nativeFailure(backend: "manual", call: "event_add")
         clock.injectedWakeFailure = refusal
         #expect(throws: refusal) { try clock.schedule(.after(ms(10))) { _ in } }
@@ -159,6 +170,7 @@ struct StateMachineTests {
     /// down with the reason instead of accepting timers that never fire.
     @Test func aRefusedReArmInsideTheLoopShutsTheSchedulerDownWithTheReason() throws {
         let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
         let refusal = TimerError.nativeFailure(backend: "manual", call: "event_add")
         let timer = try clock.schedule(.every(ms(10))) { _ in clock.injectedWakeFailure = refusal }
         let paused = try clock.schedule(.every(ms(10))) { _ in }

@@ -11,9 +11,9 @@ struct EpollTests {
     /// typed error naming the call that failed, and leaves no descriptor behind.
     @Test(arguments: [(0, "epoll_create1"), (1, "timerfd_create"), (2, "eventfd")])
     func runningOutOfDescriptorsIsATypedErrorAndLeaksNothing(_ room: Int, _ failingCall: String) async {
-        await #expect(processExitsWith: .success) { [room, failingCall] in
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [room, failingCall] in
             warmUpDispatch()
-            let before = openDescriptors()
+            let before = openLoopDescriptors()
             let restore = leaveRoomForDescriptors(room)
             let outcome: Int32
             do throws(TimerError) {
@@ -26,8 +26,12 @@ struct EpollTests {
             }
             restore()
             if outcome != 0 { exit(outcome) }
-            exit(openDescriptors() == before ? 0 : 30)
+            let after = openLoopDescriptors()
+            if after != before { FileHandle.standardError.write(Data("descriptors changed: \(describeChange(from: before, to: after))\n".utf8)) }
+            exit(after == before ? 0 : 30)
         }
+        let diagnostics = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        if diagnostics.contains("descriptors changed") { Issue.record("\(diagnostics)") }
     }
 
     @Test func theLoopSleepsWhileNothingIsDue() throws {

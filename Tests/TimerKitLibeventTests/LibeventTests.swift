@@ -25,9 +25,9 @@ struct LibeventTests {
     /// and with room for 5 it works.
     @Test(arguments: 0...5)
     func runningOutOfDescriptorsIsATypedErrorNotAnExit(_ room: Int) async {
-        await #expect(processExitsWith: .success) { [room] in
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [room] in
             warmUpDispatch()
-            let before = openDescriptors()
+            let before = openLoopDescriptors()
             let restore = leaveRoomForDescriptors(room)
             var outcome: Int32 = 0
             do throws(TimerError) {
@@ -41,8 +41,12 @@ struct LibeventTests {
             }
             restore()
             if outcome != 0 { exit(outcome) }
-            exit(openDescriptors() == before ? 0 : 40)
+            let after = openLoopDescriptors()
+            if after != before { FileHandle.standardError.write(Data("descriptors changed: \(describeChange(from: before, to: after))\n".utf8)) }
+            exit(after == before ? 0 : 40)
         }
+        let diagnostics = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        if diagnostics.contains("descriptors changed") { Issue.record("\(diagnostics)") }
     }
 
     @Test func anAttachedBackendRunsHandlersOnTheCallersLoopThread() throws {

@@ -133,9 +133,23 @@ public func openDescriptors() -> [Int32: String] {
     return result
 }
 
+/// What changed in the descriptor table between two readings, for a failure message.
+public func describeChange(from before: [Int32: String], to after: [Int32: String]) -> String {
+    let opened = after.filter { before[$0.key] != $0.value }.map { "+\($0.key) \($0.value)" }
+    let closed = before.filter { after[$0.key] != $0.value }.map { "-\($0.key) \($0.value)" }
+    return (opened + closed).sorted().joined(separator: ", ")
+}
+
 /// Kinds of descriptor the backends open (epoll instances, timerfds, eventfds, pipes).
 public func isLoopDescriptor(_ target: String) -> Bool {
     target.hasPrefix("anon_inode:") || target.hasPrefix("pipe:")
+}
+
+/// The open descriptors of the kinds the backends open: what a leak check compares. (The
+/// rest of the table also holds what the test runtime opens and closes meanwhile, such as
+/// the directory listing /proc/self/fd itself.)
+public func openLoopDescriptors() -> [Int32: String] {
+    openDescriptors().filter { isLoopDescriptor($0.value) }
 }
 
 /// In a child process (an exit test), before `exit(0)`: Dispatch and CoreFoundation free a

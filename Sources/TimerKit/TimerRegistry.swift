@@ -95,11 +95,18 @@ public final class TimerRegistry: @unchecked Sendable {
     }
 
     /// Takes an ended timer out. Called once per timer, by the scheduler.
+    ///
+    /// A pending removal holds its timer, which holds its scheduler, which holds this
+    /// registry: for a scheduler that has shut down, nothing may wait in the batch, or the
+    /// cycle outlives everyone's references. Its shutdown flushes the batch; a timer that ends
+    /// after that (one whose schedule raced the shutdown) is flushed here at once. The check
+    /// is made under this lock, after the shutdown's flag is set and before or after its flush.
     func remove(_ timer: TimerHandle) {
         let flushed: [TimerHandle] = mutex.withLock {
             pendingRemovals.append(timer)
             liveCount -= 1
-            return pendingRemovals.count >= Self.removalBatch ? flushLocked() : []
+            let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
+            return flushNow ? flushLocked() : []
         }
         withExtendedLifetime(flushed) {}
     }

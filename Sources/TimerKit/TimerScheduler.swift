@@ -153,6 +153,9 @@ public final class TimerScheduler: @unchecked Sendable {
     /// Whether the scheduler has shut down (by `shutdown()` or a loop failure).
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
 
+    /// `hasShutDown` without the lock, for the registry (which must not take this lock).
+    var hasBegunShutdown: Bool { shutDownFlag.load(ordering: .relaxed) }
+
     private func shutDownErrorLocked() -> TimerError {
         loopFailure.map { .loopFailed(backend: backendName, cause: $0) } ?? .backendShutDown(backend: backendName)
     }

@@ -160,6 +160,29 @@ struct RegistryTests {
         #expect(registry.count == 1000)
     }
 
+    /// The outcome of a `schedule` that raced a shutdown: its timer is registered, then ends,
+    /// after the shutdown flushed the registry's removal batch. It must not wait in the batch
+    /// (holding its scheduler, which holds the registry) and keep them all alive.
+    @Test func aTimerEndingAfterItsSchedulersShutdownKeepsNothingAlive() throws {
+        weak var weakRegistry: TimerRegistry?
+        weak var weakScheduler: TimerScheduler?
+        try {
+            let registry = TimerRegistry()
+            weakRegistry = registry
+            // Not Manual: its deinit runs the scheduler's shutdown again, which would flush.
+            let backend = DispatchBackend(registry: registry)
+            weakScheduler = backend.scheduler
+            backend.shutdown()
+            let late = try registry.register(name: nil) { id in
+                TimerHandle(id: id, name: nil, scheduler: backend.scheduler,
+                            resolved: .init(firstDeadline: 0, intervalNanoseconds: 0, remaining: 1),
+                            policy: .skip, extras: nil, target: nil) { _ in }
+            }
+            late.cancel()
+        }()
+        #expect(waitFor { weakScheduler == nil && weakRegistry == nil })
+    }
+
     @Test func aDroppedRegistryIsFreedOnceItsBackendsAreGone() throws {
         weak var weakRegistry: TimerRegistry?
         do {

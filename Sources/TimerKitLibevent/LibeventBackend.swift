@@ -165,6 +165,9 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
 
     deinit { shutdown() }
 
+    /// The `event_base` this backend's event is on (for tests in this package).
+    package var eventBase: OpaquePointer { base }
+
     /// Throws EMFILE unless `count` descriptors can be opened now. libevent ends the process
     /// when it runs out of descriptors half-way through making a base, so it is not asked to
     /// try. (A thread that opens descriptors between this check and the base can still take

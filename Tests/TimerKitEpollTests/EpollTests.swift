@@ -12,26 +12,19 @@ struct EpollTests {
     @Test(arguments: [(0, "epoll_create1"), (1, "timerfd_create"), (2, "eventfd")])
     func runningOutOfDescriptorsIsATypedErrorAndLeaksNothing(_ room: Int, _ failingCall: String) async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [room, failingCall] in
-            warmUpDispatch()
-            let before = openLoopDescriptors()
-            let restore = leaveRoomForDescriptors(room)
-            let outcome: Int32
-            do throws(TimerError) {
-                _ = try EpollBackend(registry: TimerRegistry())
-                outcome = 10   // should have thrown
-            } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
-                outcome = 0
-            } catch {
-                outcome = 20
+            reportWithRoomForDescriptors(room) {
+                do throws(TimerError) {
+                    _ = try EpollBackend(registry: TimerRegistry())
+                    return 10   // should have thrown
+                } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
+                    return 0
+                } catch {
+                    return 20
+                }
             }
-            restore()
-            if outcome != 0 { exit(outcome) }
-            let after = openLoopDescriptors()
-            if after != before { FileHandle.standardError.write(Data("descriptors changed: \(describeChange(from: before, to: after))\n".utf8)) }
-            exit(after == before ? 0 : 30)
+            exit(0)
         }
-        let diagnostics = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-        if diagnostics.contains("descriptors changed") { Issue.record("\(diagnostics)") }
+        expectOutcome(result)
     }
 
     @Test func theLoopSleepsWhileNothingIsDue() throws {

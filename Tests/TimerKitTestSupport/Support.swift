@@ -173,6 +173,34 @@ public func warmUpDispatch() {
     DispatchQueue.global().sync {}
 }
 
+/// In a child process (an exit test): runs `attempt` with exactly `room` descriptors free,
+/// then checks that it added none of the kinds a backend opens. It reports on stderr
+/// (`outcome: N`, and what changed), for `expectOutcome(_:)` in the parent: an exit test that
+/// exits with an unexpected status gives the parent nothing to show.
+public func reportWithRoomForDescriptors(_ room: Int, _ attempt: () -> Int32) {
+    warmUpDispatch()
+    let before = openLoopDescriptors()
+    let restore = leaveRoomForDescriptors(room)
+    var outcome = attempt()
+    restore()
+    // Only additions count: the test runtime and Dispatch may close descriptors of their own
+    // meanwhile (an eventfd of theirs has been seen to go).
+    let after = openLoopDescriptors()
+    let added = after.filter { before[$0.key] != $0.value }
+    var report = ""
+    if outcome == 0 && !added.isEmpty {
+        outcome = 30
+        report = "descriptors left behind: \(describeChange(from: before, to: after))\n"
+    }
+    FileHandle.standardError.write(Data((report + "outcome: \(outcome)\n").utf8))
+}
+
+/// In the parent: expects the child to have reported `outcome: 0`, and shows its report if not.
+public func expectOutcome(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
+    let report = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(report.contains("outcome: 0\n"), "\(report)", sourceLocation: sourceLocation)
+}
+
 /// In a child process: fills the descriptor table so that exactly `room` descriptors are
 /// free, by lowering RLIMIT_NOFILE and opening fillers up to it. Returns a closure that
 /// closes the fillers and restores the limit. Other threads of the child must not open

@@ -63,8 +63,10 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// what came due fires after the handler returns.
     ///
     /// Each due tick runs in turn, so advancing far past a repeating timer runs every tick of
-    /// it on the way (`.skip` drops none: each one is on time in virtual time). Deadlines at
-    /// or past `TimerScheduler.horizon` never come, however far the clock moves.
+    /// it on the way (`.skip` drops none: each one is on time in virtual time). Timers that
+    /// other threads schedule while it runs fire too if they come due before `deadline`, so
+    /// threads that keep adding such timers keep it busy. Deadlines at or past
+    /// `TimerScheduler.horizon` never come, however far the clock moves.
     public func advance(to deadline: MonotonicInstant) {
         let reentrant = mutex.withLock {
             guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }

@@ -1,7 +1,7 @@
-import CTimerShims
+internal import CTimerShims
 import Glibc
 import Synchronization
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// One frame as a display link's callback sees it (CADisplayLink's properties).
 public struct DisplayFrame: Sendable {
@@ -46,7 +46,7 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 ///     renderer.draw(until: frame.targetTimestamp)
 /// }
 /// ```
-public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable {
+public final class DisplaySource: TimerBackend, @unchecked Sendable {
     // @unchecked: `timerFD`, `loop` and the figures below are set in init and never change;
     // `isArmed` is touched only in `wake(at:)`, which the scheduler calls with its lock
     // held; the counters are atomic.
@@ -57,8 +57,7 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
     public let period: Duration
     /// When vsync 0 was due: frame k is due at `start + k·period`.
     public let start: MonotonicInstant
-    /// The core scheduler the links are timers of.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     /// The vsync thread's priority (it may differ from the one asked for).
     public let obtainedPriority: ObtainedPriority
     /// The vsync thread's kernel thread id.
@@ -178,21 +177,6 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
         return MonotonicInstant(nanoseconds: start.nanoseconds + frames * stride)
     }
 
-    // MARK: TimerDriver
-
-    /// Ticks while a link is due at all, and not otherwise: `.distantFuture` (no running
-    /// link) disarms the timerfd; any deadline arms it, periodic on the vsync grid.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        let wanted = deadline != .distantFuture
-        guard wanted != isArmed else { return }
-        if wanted {
-            try armTimerFD(timerFD, at: nextFrame(after: MonotonicInstant.now(), divisor: 1), period: periodNanoseconds)
-        } else {
-            try armTimerFD(timerFD, at: .distantFuture)
-        }
-        isArmed = wanted
-    }
-
     /// Ends every link, stops and joins the vsync thread and closes the timerfd.
     public func shutdown() {
         scheduler.shutdown()
@@ -210,6 +194,21 @@ public final class DisplaySource: TimerBackend, TimerDriver, @unchecked Sendable
             if expirations > 1 { counters.droppedVsyncs.add(Int(expirations - 1), ordering: .relaxed) }
             scheduler.fireDueTimers()
         }
+    }
+}
+
+@_spi(BackendImplementation) extension DisplaySource: TimerDriver {
+    /// Ticks while a link is due at all, and not otherwise: `.distantFuture` (no running
+    /// link) disarms the timerfd; any deadline arms it, periodic on the vsync grid.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        let wanted = deadline != .distantFuture
+        guard wanted != isArmed else { return }
+        if wanted {
+            try armTimerFD(timerFD, at: nextFrame(after: MonotonicInstant.now(), divisor: 1), period: periodNanoseconds)
+        } else {
+            try armTimerFD(timerFD, at: .distantFuture)
+        }
+        isArmed = wanted
     }
 }
 

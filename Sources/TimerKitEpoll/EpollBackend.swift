@@ -1,7 +1,7 @@
-import CTimerShims
+internal import CTimerShims
 import Glibc
 import Synchronization
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// A backend on Linux's timerfd and epoll: one loop thread, one epoll instance, ONE
 /// absolute CLOCK_MONOTONIC timerfd for all timers (re-armed only when the earliest
@@ -17,7 +17,7 @@ import TimerKit
 /// let backend = try EpollBackend(options: .init(priority: .realtime(50)))
 /// print(backend.obtainedPriority)   // "SCHED_FIFO 50", or the fallback and why
 /// ```
-public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable {
+public final class EpollBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: the descriptors and `loop` are set in init and never change; the kernel
     // makes timerfd_settime and eventfd writes from several threads safe, and `wake` is
     // serialised by the scheduler's lock.
@@ -42,8 +42,7 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
     private static let timerToken: UInt64 = 1
     private static let stopToken: UInt64 = 2
 
-    /// The core scheduler.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     /// The priority the loop thread got (it may differ from the one asked for).
     public let obtainedPriority: ObtainedPriority
     /// The loop thread's kernel thread id (for /proc/self/task/<id>/status, perf, chrt).
@@ -122,14 +121,6 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
 
     deinit { shutdown() }
 
-    // MARK: TimerDriver
-
-    /// Arms the timerfd directly, from any thread: the scheduler's lock orders the calls, so
-    /// the last request wins, and no round trip through the loop is needed.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try armTimerFD(timerFD, at: deadline)
-    }
-
     /// Cancels every timer, stops and joins the loop thread and closes the descriptors.
     /// Called from one of this backend's handlers it cannot join its own thread: the loop
     /// then ends, and closes its descriptors, as soon as that handler returns.
@@ -159,5 +150,13 @@ public final class EpollBackend: TimerBackend, TimerDriver, @unchecked Sendable 
             }
             // The stop token needs no handling: the loop condition sees the stop request.
         }
+    }
+}
+
+@_spi(BackendImplementation) extension EpollBackend: TimerDriver {
+    /// Arms the timerfd directly, from any thread: the scheduler's lock orders the calls, so
+    /// the last request wins, and no round trip through the loop is needed.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try armTimerFD(timerFD, at: deadline)
     }
 }

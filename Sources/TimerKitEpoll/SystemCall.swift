@@ -1,6 +1,6 @@
-import CTimerShims
+internal import CTimerShims
 import Glibc
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// Runs a system call until it is not interrupted and returns its result, or throws its
 /// errno as `TimerError.systemCall`. `body` returns a count, or `-errno` on failure (the

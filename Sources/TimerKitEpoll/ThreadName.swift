@@ -1,4 +1,4 @@
-import CTimerShims
+internal import CTimerShims
 
 /// Names the calling thread (truncated to the kernel's 15 characters).
 func nameCurrentThread(_ name: String) {

@@ -1,6 +1,6 @@
-import CTimerShims
+internal import CTimerShims
 import Glibc
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// The scheduling priority a loop thread asks for.
 public enum ThreadPriority: Sendable, Equatable {

@@ -1,7 +1,7 @@
-import CLibevent
+internal import CLibevent
 import Glibc
 import Synchronization
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// A backend on libevent: ONE timer event on an `event_base` wakes the core scheduler,
 /// however many timers are scheduled.
@@ -15,7 +15,7 @@ import TimerKit
 ///
 /// Repeats stay on TimerKit's drift-free grid: the core re-arms a one-shot event for each
 /// next deadline instead of using `EV_PERSIST`, which drifts after a late fire.
-public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendable {
+public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: `base`, `event`, `context` and `loop` are set in init and never change;
     // libevent's own lock (evthread_use_pthreads) guards the event across threads, and
     // `wake` is serialised by the scheduler's lock.
@@ -42,8 +42,7 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
         init(_ scheduler: TimerScheduler) { self.scheduler = scheduler }
     }
 
-    /// The core scheduler.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     /// libevent's name for the method the base uses ("epoll", ...).
     public let method: String
     /// Whether this backend made (and runs) its base, or was attached to the caller's.
@@ -187,30 +186,6 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
         Unmanaged<Context>.fromOpaque(argument).takeUnretainedValue().scheduler.fireDueTimers()
     }
 
-    // MARK: TimerDriver
-
-    /// Never blocks: `event_del_noblock` does not wait for a callback running on the loop
-    /// (plain `event_del` does, while the callback waits for the scheduler's lock that our
-    /// caller holds), and `event_add` waits only for signal events.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        if deadline == .distantFuture {
-            event_del_noblock(event)
-            return
-        }
-        // event_add adds the relative timeout to the base's cached time, which inside a
-        // callback is the time the loop woke: refresh it first, or the event fires early.
-        event_base_update_cache_time(base)
-        let now = MonotonicInstant.now().nanoseconds
-        let delta = deadline.nanoseconds > now ? deadline.nanoseconds - now : 0
-        // Rounded up to whole µs: rounding down fires just before the deadline, to find
-        // nothing due and re-arm.
-        let micros = (delta + 999) / 1000
-        var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
-        if event_add(event, &timeout) != 0 {
-            throw .nativeFailure(backend: "libevent", call: "event_add")
-        }
-    }
-
     /// Cancels every timer and stops. Owned: breaks the loop, joins its thread (unless
     /// called from one of its handlers) and frees the event and the base. Attached: removes
     /// the event; libevent frees it from the caller's loop once no callback can be running.
@@ -235,5 +210,29 @@ public final class LibeventBackend: TimerBackend, TimerDriver, @unchecked Sendab
     private static let finalizer: event_finalize_callback_fn = { _, argument in
         guard let argument else { return }
         Unmanaged<Context>.fromOpaque(argument).release()
+    }
+}
+
+@_spi(BackendImplementation) extension LibeventBackend: TimerDriver {
+    /// Never blocks: `event_del_noblock` does not wait for a callback running on the loop
+    /// (plain `event_del` does, while the callback waits for the scheduler's lock that our
+    /// caller holds), and `event_add` waits only for signal events.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        if deadline == .distantFuture {
+            event_del_noblock(event)
+            return
+        }
+        // event_add adds the relative timeout to the base's cached time, which inside a
+        // callback is the time the loop woke: refresh it first, or the event fires early.
+        event_base_update_cache_time(base)
+        let now = MonotonicInstant.now().nanoseconds
+        let delta = deadline.nanoseconds > now ? deadline.nanoseconds - now : 0
+        // Rounded up to whole µs: rounding down fires just before the deadline, to find
+        // nothing due and re-arm.
+        let micros = (delta + 999) / 1000
+        var timeout = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
+        if event_add(event, &timeout) != 0 {
+            throw .nativeFailure(backend: "libevent", call: "event_add")
+        }
     }
 }

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 /// An object whose `deinit` calls back into TimerKit — cancels, waits, schedules, looks up
@@ -230,7 +230,7 @@ extension ConformanceTests {
             let fired = Counter()
             let record: @Sendable (Tick) -> Void = { _ in fired.increment() }
             let schedules: [TimerSchedule] = [
-                .after(.seconds(Int64.max)), .at(.distantFuture), .after(seconds: 1e300), .at(TimerScheduler.horizon),
+                .after(.seconds(Int64.max)), .at(.distantFuture), .after(seconds: 1e300), .at(MonotonicInstant.horizon),
                 .every(.seconds(Int64.max)), .every(ms(1), firstAfter: .seconds(Int64.max)),
                 .every(seconds: 1e300), .at(MonotonicInstant(nanoseconds: UInt64.max - 1)),
             ]

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 /// The contract of DESIGN.md, checked on every backend configuration. Real-time backends

@@ -1,6 +1,6 @@
 import Dispatch
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitTestSupport
 

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 extension ConformanceTests {

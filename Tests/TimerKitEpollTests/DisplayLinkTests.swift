@@ -1,7 +1,7 @@
 import CTimerShims
 import Dispatch
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitTestSupport
 

@@ -1,7 +1,7 @@
 import CTimerShims
 import Foundation
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitTestSupport
 

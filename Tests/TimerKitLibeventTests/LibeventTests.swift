@@ -1,7 +1,7 @@
 import CLibevent
 import Foundation
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitLibevent
 import TimerKitTestSupport
 

@@ -3,7 +3,7 @@ import CoreFoundation
 import Dispatch
 import Foundation
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
 

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Glibc
 import Testing
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 
 /// Milliseconds, for brevity in tests.
 public func ms(_ value: Int) -> Duration { .milliseconds(value) }

@@ -1,9 +1,9 @@
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 /// Virtual time driven to, and past, the end of the timeline: `advance` must return, fire
-/// what is due on the way, and never fire what lies past `TimerScheduler.horizon`.
+/// what is due on the way, and never fire what lies past `MonotonicInstant.horizon`.
 @Suite("Manual: the end of time")
 struct EndOfTimeTests {
     @Test func advancingToTheEndOfTimeWithNothingPendingReturns() {
@@ -39,7 +39,7 @@ struct EndOfTimeTests {
             try clock.schedule(.every(.seconds(1), count: 3), name: "thrice", handler: record)
             try clock.schedule(.after(.seconds(Int64.max)), name: "int64-max", handler: record)
             try clock.schedule(.at(.distantFuture), name: "distant-future", handler: record)
-            try clock.schedule(.at(TimerScheduler.horizon), name: "horizon", handler: record)
+            try clock.schedule(.at(MonotonicInstant.horizon), name: "horizon", handler: record)
             try clock.schedule(.after(seconds: 1e300), name: "1e300", handler: record)
             clock.advance(to: .distantFuture)
             clock.advance(to: .distantFuture)
@@ -53,7 +53,7 @@ struct EndOfTimeTests {
         let clock = ManualBackend(registry: TimerRegistry())
         defer { clock.shutdown() }
         let fired = Locked(false)
-        let justBefore = MonotonicInstant(nanoseconds: TimerScheduler.horizon.nanoseconds - 1)
+        let justBefore = MonotonicInstant(nanoseconds: MonotonicInstant.horizon.nanoseconds - 1)
         try clock.schedule(.at(justBefore), tolerance: .seconds(Int64.max)) { _ in fired.withLock { $0 = true } }
         #expect(clock.requestedWakeUp == justBefore, "a huge tolerance cannot push a deadline past the horizon")
         withWatchdog(seconds: 10) { clock.advance(to: .distantFuture) }

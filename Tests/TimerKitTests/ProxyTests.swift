@@ -1,5 +1,5 @@
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 /// The seeds' ViewController: owns a repeating timer that targets itself.

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 @Suite("RunLoop modes")

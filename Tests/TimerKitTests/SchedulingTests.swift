@@ -1,5 +1,5 @@
 import Testing
-@testable import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 @Suite("Scheduling on virtual time")

@@ -5,12 +5,11 @@ import Dispatch
 ///
 /// Handlers run on the backend's serial queue: its own, or one that targets the caller's
 /// queue (so handlers stay serial even on a concurrent queue).
-public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendable {
+public final class DispatchBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: `source` is created in init and afterwards only rescheduled and cancelled,
     // both thread-safe in GCD; the rest is immutable or Sendable.
 
-    /// The core scheduler.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     /// The serial queue the handlers run on.
     public let queue: DispatchQueue
     private let source: DispatchSourceTimer
@@ -35,14 +34,6 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
 
     deinit { shutdown() }
 
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux. The scheduler sends no
-        // deadline at or past 2^62 ns: libdispatch reads 2^63 and above as a time already
-        // past, and a source armed there fires, finds nothing due and re-arms, forever.
-        let when: DispatchTime = deadline == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: max(deadline.nanoseconds, 1))
-        source.schedule(deadline: when, repeating: .never, leeway: .nanoseconds(0))
-    }
-
     /// Cancels every timer and the native source. From another thread (a block on the
     /// queue this backend targets included) it returns once no handler of this backend is
     /// running; from inside a handler it returns at once and that handler finishes after.
@@ -51,5 +42,15 @@ public final class DispatchBackend: TimerBackend, TimerDriver, @unchecked Sendab
         scheduler.shutdown()
         // An event already queued finds the scheduler shut down and returns at once.
         source.cancel()
+    }
+}
+
+@_spi(BackendImplementation) extension DispatchBackend: TimerDriver {
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux. The scheduler sends no
+        // deadline at or past 2^62 ns: libdispatch reads 2^63 and above as a time already
+        // past, and a source armed there fires, finds nothing due and re-arms, forever.
+        let when: DispatchTime = deadline == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: max(deadline.nanoseconds, 1))
+        source.schedule(deadline: when, repeating: .never, leeway: .nanoseconds(0))
     }
 }

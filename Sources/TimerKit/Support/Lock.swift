@@ -82,20 +82,21 @@ package final class PThreadCondition: @unchecked Sendable {
     package func broadcast() { pthread_cond_broadcast(raw) }
 }
 
-/// A value guarded by a `PThreadMutex`; handy for state shared with timer handlers.
-public final class Locked<Value>: @unchecked Sendable {
+/// A value guarded by a `PThreadMutex`, for TimerKit's own modules and tests, which run under
+/// ThreadSanitizer (users have `Synchronization.Mutex`).
+package final class Locked<Value>: @unchecked Sendable {
     // @unchecked: every access to `value` goes through `mutex`.
     private let mutex = PThreadMutex()
     private var value: Value
 
     /// Wraps `value`.
-    public init(_ value: Value) { self.value = value }
+    package init(_ value: Value) { self.value = value }
 
     /// Runs `body` with exclusive access to the value.
-    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         try mutex.withLock { try body(&value) }
     }
 
     /// A copy of the current value.
-    public var current: Value { mutex.withLock { value } }
+    package var current: Value { mutex.withLock { value } }
 }

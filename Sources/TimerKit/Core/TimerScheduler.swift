@@ -1,73 +1,13 @@
 import Glibc
 import Synchronization
 
-/// The clock a scheduler reads: CLOCK_MONOTONIC, or virtual time for tests.
-public enum SchedulerClock: Sendable {
-    /// The kernel's CLOCK_MONOTONIC, which every real backend's wake-up also uses.
-    case monotonic
-    /// Time that moves only when a test moves it.
-    case virtual(VirtualClock)
-
-    /// The current time on this clock.
-    @inline(__always)
-    public func now() -> MonotonicInstant {
-        switch self {
-        case .monotonic: .now()
-        case let .virtual(clock): clock.now
-        }
-    }
-}
-
-/// A settable clock for virtual-time backends.
-public final class VirtualClock: @unchecked Sendable {
-    // @unchecked: `nanoseconds` is guarded by `mutex`.
-    private let mutex = PThreadMutex()
-    private var nanoseconds: UInt64
-
-    /// A clock reading `start`.
-    public init(start: MonotonicInstant) { nanoseconds = start.nanoseconds }
-
-    /// The current virtual time.
-    public var now: MonotonicInstant { mutex.withLock { MonotonicInstant(nanoseconds: nanoseconds) } }
-
-    /// Moves the clock to `instant` if that is later; it never goes back.
-    public func move(to instant: MonotonicInstant) {
-        mutex.withLock { nanoseconds = max(nanoseconds, instant.nanoseconds) }
-    }
-}
-
-/// What a backend supplies to the core besides its clock: its native wake-up.
-///
-/// A backend owns one `TimerScheduler` and implements this protocol. The scheduler keeps
-/// every timer, the ordering, the state machine and the repeat arithmetic; the driver only
-/// wakes the loop and calls `TimerScheduler.fireDueTimers()` there. This keeps every
-/// backend's semantics identical and lets a comparison measure just the wake-up mechanism.
-///
-/// ## Threading rules
-///
-/// `wake(at:)` is called **with the scheduler's lock held**, from any thread: the loop's own
-/// (re-arming after a fire) or any other (a `schedule`, `resume` or `cancel` there). So it:
-/// - never blocks and never waits for the loop (no `event_del` that waits for a running
-///   callback, no `queue.sync`, no join): the loop may be waiting for this very lock;
-/// - never calls back into the scheduler, the registry or user code;
-/// - only records or arms the request, and returns.
-///
-/// Deadlines it is given are below `TimerScheduler.horizon` (2^62 ns, about 146 years of
-/// uptime), which every native timer represents; later deadlines never come and arrive as
-/// `.distantFuture`, which means "disarm".
-public protocol TimerDriver: AnyObject, Sendable {
-    /// Arranges for `fireDueTimers()` to run on the loop at `deadline` (or as soon as
-    /// possible when it is past); `.distantFuture` disarms. Replaces any earlier request.
-    /// Throws when the native mechanism refuses (e.g. libevent's `event_add` returning -1):
-    /// the scheduler undoes the change that needed it, or, inside the loop, stops with it.
-    func wake(at deadline: MonotonicInstant) throws(TimerError)
-}
-
 /// The core of every backend: an indexed heap of deadlines, the timer state machine,
 /// drift-free repeat arithmetic and the missed-tick policy.
 ///
-/// Backends create one, `attach` their driver, and call `fireDueTimers()` on their loop
-/// when woken. Handlers of one scheduler run serially on that loop.
+/// Part of the surface for backend implementors (`@_spi(BackendImplementation) import
+/// TimerKit`; see the "Writing a backend" article): backends create one, `attach` their
+/// driver, and call `fireDueTimers()` on their loop when woken. Handlers of one scheduler
+/// run serially on that loop. Users of backends never see it.
 ///
 /// ## The rule that keeps it from hanging
 ///
@@ -79,14 +19,8 @@ public protocol TimerDriver: AnyObject, Sendable {
 /// of are collected and released after unlocking (as SwiftNIO's `runOneLoopTick` and
 /// tokio's `process_at_sharded_time` do). A debug build's mutex is error-checking, so a
 /// breach that re-enters the lock crashes with a message instead of hanging.
-public final class TimerScheduler: @unchecked Sendable {
+@_spi(BackendImplementation) public final class TimerScheduler: @unchecked Sendable {
     // @unchecked: every mutable stored property is guarded by `mutex`; `shutDownFlag` is atomic.
-
-    /// Deadlines at or after this instant (2^62 ns after the clock's origin, about 146 years
-    /// of uptime) never come: timers due there stay scheduled but never fire, and no driver
-    /// is armed for them. It keeps "park it forever" deadlines (`.seconds(Int64.max)`,
-    /// `.distantFuture`) away from native timers that read them as already past.
-    public static let horizon = MonotonicInstant(nanoseconds: 1 << 62)
 
     /// The backend's short name ("dispatch", "epoll", "manual", ...).
     public let backendName: String
@@ -122,8 +56,7 @@ public final class TimerScheduler: @unchecked Sendable {
     @exclusivity(unchecked) private var firingThread = pthread_t()
     @exclusivity(unchecked) private var waiters = 0
 
-    private static let horizonNanoseconds = horizon.nanoseconds
-    private static let delayThresholdNanoseconds: UInt64 = 5_000_000
+    private static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
     /// Creates a scheduler for the backend named `backendName`, registering into `registry`
     /// and reading deadlines on `clock`.
@@ -143,7 +76,7 @@ public final class TimerScheduler: @unchecked Sendable {
     public func now() -> MonotonicInstant { clock.now() }
 
     /// Live timers waiting in the heap (not suspended ones).
-    public var pendingCount: Int { mutex.withLock { heap.count - deadInHeap } }
+    package var pendingCount: Int { mutex.withLock { heap.count - deadInHeap } }
 
     /// Why the backend's loop stopped, if it stopped on an error (an `epoll_wait` failure, a
     /// wake-up that could not be re-armed from inside the loop). The scheduler then shut
@@ -192,23 +125,11 @@ public final class TimerScheduler: @unchecked Sendable {
         return timer
     }
 
-    /// The heap key: the latest time the timer may fire. A repeating timer's tolerance is
-    /// capped at half its interval (as Core Foundation does), so a lone timer, which fires at
-    /// the end of its window, never misses a tick because of it. A deadline below the
-    /// horizon keeps its key below it, whatever the tolerance.
-    @inline(__always)
-    private func heapKey(_ timer: TimerHandle) -> UInt64 {
-        guard let tolerance = timer.extras?.tolerance, tolerance > 0 else { return timer.deadline }
-        let allowed = timer.interval > 0 ? min(tolerance, timer.interval / 2) : tolerance
-        let latest = timer.deadline.saturatingAdd(allowed)
-        return timer.deadline < Self.horizonNanoseconds ? min(latest, Self.horizonNanoseconds - 1) : latest
-    }
-
     /// Puts a scheduled timer in deadline order (inserting it, or reviving the dead entry it
     /// still has) and arms the driver if it is now the earliest. If the driver refuses, the
     /// timer is taken out of the heap again and the error is rethrown.
     private func queueLocked(_ timer: TimerHandle) throws(TimerError) {
-        let key = heapKey(timer)
+        let key = RepeatRule.latestFireTime(timer)
         nextSequence &+= 1
         if timer.heapIndex >= 0 {
             heap.update(timer, key: key, sequence: nextSequence)
@@ -380,28 +301,6 @@ public final class TimerScheduler: @unchecked Sendable {
         }
     }
 
-    /// Applies a repeating timer's missed-tick policy as it fires at `now`, and returns how
-    /// many grid points it missed. Done at fire time, it treats every cause alike: a stalled
-    /// loop, a handler that overran, a timer resumed after a pause.
-    private func catchUp(_ timer: TimerHandle, now: UInt64) -> Int {
-        guard timer.interval > 0, timer.policy != .burst, now > timer.deadline else { return 0 }
-        let late = now - timer.deadline
-        let behind = late / timer.interval
-        switch timer.policy {
-        case .skip:
-            // Fire the latest grid point that is due; the earlier ones are dropped.
-            guard behind > 0 else { return 0 }
-            timer.deadline = timer.deadline.saturatingAdd(behind.saturatingMultiply(timer.interval))
-        case .delay:
-            // Restart the grid from now, unless the lateness is mere jitter.
-            guard late >= min(timer.interval, Self.delayThresholdNanoseconds) else { return 0 }
-            timer.deadline = now
-        case .burst:
-            return 0
-        }
-        return Int(clamping: behind)
-    }
-
     // MARK: Firing
 
     /// One handler call, prepared under the lock and made outside it. It holds its own
@@ -507,7 +406,7 @@ public final class TimerScheduler: @unchecked Sendable {
         timer.fires += 1
         if timer.remaining > 0 { timer.remaining -= 1 }
         let actual = clock.now()
-        let missed = catchUp(timer, now: actual.nanoseconds)
+        let missed = RepeatRule.catchUp(timer, now: actual.nanoseconds)
         let scheduled = timer.deadline
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }

@@ -1,8 +1,9 @@
 /// A source of timers: Dispatch, RunLoop, libevent, epoll or Manual (virtual time).
 ///
-/// Every backend shares the same core (`TimerScheduler`), so timers behave identically on
-/// all of them: the same grid, missed-tick policy, states, errors and registry. Backends
-/// differ only in how their loop wakes up and which thread runs the handlers.
+/// Every backend shares the same core, so timers behave identically on all of them: the same
+/// grid, missed-tick policy, states, errors and registry. Backends differ only in how their
+/// loop wakes up and which thread runs the handlers. (To write a backend for a loop of your
+/// own, see the "Writing a backend" article.)
 ///
 /// ```swift
 /// let backend = DispatchBackend()
@@ -13,8 +14,8 @@
 /// timer.cancel()
 /// ```
 public protocol TimerBackend: AnyObject, Sendable {
-    /// The core scheduler this backend drives.
-    var scheduler: TimerScheduler { get }
+    /// The core scheduler this backend drives: for backend implementors only.
+    @_spi(BackendImplementation) var scheduler: TimerScheduler { get }
 
     /// Cancels this backend's timers, stops its loop and frees what it holds (threads,
     /// descriptors, native timers). Idempotent. Later `schedule` calls throw

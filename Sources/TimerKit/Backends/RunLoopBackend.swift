@@ -31,7 +31,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     }
 
     /// The `.default` mode's scheduler.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     /// Whether this backend runs its own thread (false: attached to the caller's loop).
     public let isAttached: Bool
     private let runLoop: RunLoop

@@ -8,12 +8,11 @@ import Glibc
 /// try clock.schedule(.every(.seconds(1))) { tick in print(tick.index) }
 /// clock.advance(by: .seconds(3))   // prints 0, 1, 2
 /// ```
-public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable {
+public final class ManualBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: `wakeRequest` and `advancingThread` are guarded by `mutex`; the clock
     // guards itself.
 
-    /// The core scheduler.
-    public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public let scheduler: TimerScheduler
     private let mutex = PThreadMutex()
     private let advancing = PThreadMutex()
     private let clock: VirtualClock
@@ -34,13 +33,6 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
     /// lets tests check that the core re-arms only when the earliest deadline changes.
     public var requestedWakeUp: MonotonicInstant { mutex.withLock { wakeRequest } }
-
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try mutex.withLock { () throws(TimerError) in
-            if let failure = wakeFailure { throw failure }
-            wakeRequest = deadline
-        }
-    }
 
     /// Makes every `wake(at:)` fail with this error, to test how the core handles a
     /// backend whose native mechanism refuses. Nil (the default) restores normal behaviour.
@@ -66,7 +58,7 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     /// it on the way (`.skip` drops none: each one is on time in virtual time). Timers that
     /// other threads schedule while it runs fire too if they come due before `deadline`, so
     /// threads that keep adding such timers keep it busy. Deadlines at or past
-    /// `TimerScheduler.horizon` never come, however far the clock moves.
+    /// `MonotonicInstant.horizon` never come, however far the clock moves.
     public func advance(to deadline: MonotonicInstant) {
         let reentrant = mutex.withLock {
             guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
@@ -102,4 +94,13 @@ public final class ManualBackend: TimerBackend, TimerDriver, @unchecked Sendable
     public func runDue() { advance(by: .zero) }
 
     public func shutdown() { scheduler.shutdown() }
+}
+
+@_spi(BackendImplementation) extension ManualBackend: TimerDriver {
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try mutex.withLock { () throws(TimerError) in
+            if let failure = wakeFailure { throw failure }
+            wakeRequest = deadline
+        }
+    }
 }

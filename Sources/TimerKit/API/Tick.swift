@@ -1,0 +1,20 @@
+/// One handler call: which tick it is and how late it runs.
+public struct Tick: Sendable {
+    /// The number of handler calls before this one (0 for the first).
+    public let index: Int
+    /// The grid deadline this call was due at.
+    public let scheduled: MonotonicInstant
+    /// When the handler was started, on the same clock.
+    public let actual: MonotonicInstant
+    /// Grid points this call was too late for, dropped under `.skip` and `.delay`
+    /// (0 when on time, and always 0 under `.burst`, which delivers them).
+    public let missed: Int
+    /// The repeat interval in force when this tick fired (it reflects a `reschedule`); nil
+    /// for one-shots. `scheduled + interval` is the next grid point.
+    public let interval: Duration?
+    /// The timer that fired: handlers use it to cancel or reschedule themselves.
+    public let timer: TimerHandle
+
+    /// How late the handler started: `actual - scheduled`.
+    public var lateness: Duration { actual - scheduled }
+}

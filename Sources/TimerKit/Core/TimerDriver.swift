@@ -1,0 +1,26 @@
+/// What a backend supplies to the core besides its clock: its native wake-up.
+///
+/// A backend owns one `TimerScheduler` and implements this protocol. The scheduler keeps
+/// every timer, the ordering, the state machine and the repeat arithmetic; the driver only
+/// wakes the loop and calls `TimerScheduler.fireDueTimers()` there. This keeps every
+/// backend's semantics identical and lets a comparison measure just the wake-up mechanism.
+///
+/// ## Threading rules
+///
+/// `wake(at:)` is called **with the scheduler's lock held**, from any thread: the loop's own
+/// (re-arming after a fire) or any other (a `schedule`, `resume` or `cancel` there). So it:
+/// - never blocks and never waits for the loop (no `event_del` that waits for a running
+///   callback, no `queue.sync`, no join): the loop may be waiting for this very lock;
+/// - never calls back into the scheduler, the registry or user code;
+/// - only records or arms the request, and returns.
+///
+/// Deadlines it is given are below `MonotonicInstant.horizon` (2^62 ns, about 146 years of
+/// uptime), which every native timer represents; later deadlines never come and arrive as
+/// `.distantFuture`, which means "disarm".
+@_spi(BackendImplementation) public protocol TimerDriver: AnyObject, Sendable {
+    /// Arranges for `fireDueTimers()` to run on the loop at `deadline` (or as soon as
+    /// possible when it is past); `.distantFuture` disarms. Replaces any earlier request.
+    /// Throws when the native mechanism refuses (e.g. libevent's `event_add` returning -1):
+    /// the scheduler undoes the change that needed it, or, inside the loop, stops with it.
+    func wake(at deadline: MonotonicInstant) throws(TimerError)
+}

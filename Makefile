@@ -1,11 +1,17 @@
-# TimerKit: `make test` (build + every test) and `make demo` (the backend comparison).
-# Both do their own set-up on a fresh Debian/Ubuntu machine.
+# TimerKit: `make test` (lint, build, every test, a bench smoke run, the no-dependency check)
+# and `make demo` (the backend comparison). Both do their own set-up on a fresh Debian/Ubuntu
+# machine. Three packages live here: the library (.), the comparison tool (Bench/) and the
+# microbenchmarks (Benchmarks/); each target below names the one it uses.
 
 SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors
-BENCH        = .build/release/timerkit-bench
+BENCH_PKG   := --package-path Bench
+BENCH        = Bench/.build/release/timerkit-bench
+FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift
+DOCS_OUT    := .build/docs
+MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
 
-.PHONY: all setup build test tsan asan demo bench-quick clean
+.PHONY: all setup build lint format test tsan asan bench-quick check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -23,16 +29,28 @@ setup:
 build: setup
 	$(SWIFT) build $(STRICT)
 
-test: setup
+lint:
+	$(SWIFT) format lint --strict --recursive $(FORMATTED)
+
+# Rewrites the code in the checked-in style (.swift-format); `make lint` checks it.
+format:
+	$(SWIFT) format format --in-place --recursive $(FORMATTED)
+
+test: setup lint
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory bench-quick
+	$(MAKE) --no-print-directory check-dependencies
 
 # A smoke run of the bench: every backend appears, the JSON is well formed.
-bench-quick:
-	$(SWIFT) build $(STRICT) --product timerkit-bench
-	.build/debug/timerkit-bench --quick --json > .build/bench-quick.json
-	python3 scripts/check-bench-json.py .build/bench-quick.json
+bench-quick: setup
+	$(SWIFT) build $(STRICT) $(BENCH_PKG)
+	Bench/.build/debug/timerkit-bench --quick --json > Bench/.build/bench-quick.json
+	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json
+
+# An app that depends on TimerKit resolves no other package.
+check-dependencies: setup
+	bash scripts/check-no-dependencies.sh
 
 # The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder.
 tsan: setup
@@ -42,9 +60,34 @@ asan: setup
 	LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan
 
 demo: setup
-	$(SWIFT) build -c release $(STRICT) --product timerkit-bench
+	$(SWIFT) build -c release $(STRICT) $(BENCH_PKG) --product timerkit-bench
 	$(BENCH) --html timerkit-report.html
 	@echo 'HTML report with charts: timerkit-report.html'
 
+# DocC for each library module, with the toolchain's own docc: symbol graphs of the public
+# API, then `docc convert` with warnings as errors. Writes a static site per module.
+docs: setup
+	@rm -rf $(DOCS_OUT) && mkdir -p $(DOCS_OUT) .build-docs/graphs
+	$(SWIFT) build --scratch-path .build-docs -Xswiftc -emit-symbol-graph \
+		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs \
+		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	@set -e; for module in $(MODULES); do \
+		mkdir -p .build-docs/graphs-$$module && rm -f .build-docs/graphs-$$module/*; \
+		cp .build-docs/graphs/$$module.symbols.json .build-docs/graphs-$$module/; \
+		for extension in .build-docs/graphs/$$module@*.symbols.json; do \
+			[ -e "$$extension" ] && cp "$$extension" .build-docs/graphs-$$module/; \
+		done; \
+		docc convert Sources/$$module/$$module.docc \
+			--additional-symbol-graph-dir .build-docs/graphs-$$module \
+			--fallback-display-name $$module --fallback-bundle-identifier org.timerkit.$$module \
+			--transform-for-static-hosting --hosting-base-path $$module \
+			--warnings-as-errors --output-path $(DOCS_OUT)/$$module; \
+		echo "docs: $(DOCS_OUT)/$$module"; \
+	done
+
+# package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
+benchmarks: setup
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+
 clean:
-	rm -rf .build .build-tsan .build-asan
+	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build

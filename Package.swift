@@ -1,7 +1,12 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.2
+// TimerKit: one timer API over Linux's event loops. The library has no package dependencies:
+// the comparison tool (Bench/) and the microbenchmarks (Benchmarks/) are packages of their own.
+//
+// Linux only: the code uses Glibc, epoll, timerfd and libevent, so `platforms` names no Apple
+// platform (it builds on none).
 import PackageDescription
 
-let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+let swift6: [SwiftSetting] = [.swiftLanguageMode(.v6)]
 
 let package = Package(
     name: "TimerKit",
@@ -9,51 +14,37 @@ let package = Package(
         .library(name: "TimerKit", targets: ["TimerKit"]),
         .library(name: "TimerKitEpoll", targets: ["TimerKitEpoll"]),
         .library(name: "TimerKitLibevent", targets: ["TimerKitLibevent"]),
-        .executable(name: "timerkit-bench", targets: ["timerkit-bench"]),
-    ],
-    dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+        // libevent's C API, for programs that make the event_base a LibeventBackend attaches to.
+        .library(name: "CLibevent", targets: ["CLibevent"]),
     ],
     targets: [
-        .target(name: "TimerKit", swiftSettings: strict),
+        .target(name: "TimerKit", swiftSettings: swift6),
         .target(name: "CTimerShims", path: "CShims/CTimerShims"),
-        .target(name: "TimerKitEpoll", dependencies: ["TimerKit", "CTimerShims"], swiftSettings: strict),
+        .target(name: "TimerKitEpoll", dependencies: ["TimerKit", "CTimerShims"], swiftSettings: swift6),
         .systemLibrary(
             name: "CLibevent",
             path: "CShims/CLibevent",
             pkgConfig: "libevent",
             providers: [.apt(["libevent-dev"])]
         ),
-        .target(name: "TimerKitLibevent", dependencies: ["TimerKit", "CLibevent"], swiftSettings: strict),
-        .executableTarget(
-            name: "timerkit-bench",
-            dependencies: [
-                "TimerKit",
-                "TimerKitEpoll",
-                "TimerKitLibevent",
-                "CLibevent",
-                "CTimerShims",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Histogram", package: "hdrhistogram-swift"),
-            ],
-            swiftSettings: strict
-        ),
+        .target(name: "TimerKitLibevent", dependencies: ["TimerKit", "CLibevent"], swiftSettings: swift6),
         // Helpers every test target shares: tick logs, waits, watchdogs, /proc readers, and
         // the harness that runs one test body on every backend configuration.
         .target(
             name: "TimerKitTestSupport",
             dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims"],
             path: "Tests/TimerKitTestSupport",
-            swiftSettings: strict
+            swiftSettings: swift6
         ),
-        .testTarget(name: "TimerKitTests", dependencies: ["TimerKit", "TimerKitTestSupport"], swiftSettings: strict),
-        .testTarget(name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims", "TimerKitTestSupport"], swiftSettings: strict),
-        .testTarget(name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent", "TimerKitTestSupport"], swiftSettings: strict),
+        .testTarget(name: "TimerKitTests", dependencies: ["TimerKit", "TimerKitTestSupport"], swiftSettings: swift6),
+        .testTarget(
+            name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims", "TimerKitTestSupport"], swiftSettings: swift6),
+        .testTarget(
+            name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent", "TimerKitTestSupport"], swiftSettings: swift6),
         .testTarget(
             name: "BackendConformanceTests",
             dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "TimerKitTestSupport"],
-            swiftSettings: strict
+            swiftSettings: swift6
         ),
     ]
 )

@@ -1,12 +1,14 @@
-// swift-tools-version: 6.1
-// Microbenchmarks for TimerKit, kept out of the main package so `make test` never builds them.
-// Run: cd Benchmarks && swift package benchmark   (see README.md)
+// swift-tools-version: 6.2
+// Microbenchmarks for TimerKit with allocation counts, a package of their own (package-benchmark
+// is no dependency of the library). They depend on the library by path, under a name that does
+// not depend on the folder the repository is checked out in.
+// Run: make benchmarks   (or: cd Benchmarks && swift package --allow-writing-to-package-directory benchmark)
 import PackageDescription
 
 let package = Package(
     name: "TimerKitBenchmarks",
     dependencies: [
-        .package(path: ".."),
+        .package(name: "TimerKit", path: ".."),
         .package(url: "https://github.com/ordo-one/package-benchmark", from: "1.38.0", traits: ["MallocInterposer"]),
     ],
     targets: [
@@ -14,12 +16,12 @@ let package = Package(
             name: "TimerKitBenchmarks",
             dependencies: [
                 .product(name: "Benchmark", package: "package-benchmark"),
-                .product(name: "TimerKit", package: "main"),
-                .product(name: "TimerKitEpoll", package: "main"),
+                .product(name: "TimerKit", package: "TimerKit"),
+                .product(name: "TimerKitEpoll", package: "TimerKit"),
             ],
             path: "Benchmarks/TimerKitBenchmarks",
             swiftSettings: [.swiftLanguageMode(.v6)],
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
-        ),
+        )
     ]
 )

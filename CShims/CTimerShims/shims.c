@@ -2,9 +2,7 @@
 #include "CTimerShims.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 int ctk_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
@@ -25,37 +23,8 @@ int ctk_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
-long ctk_timer_slack(void) {
-    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    return slack < 0 ? -errno : slack;
-}
-
-int ctk_set_affinity(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-    return -rc;
-}
-
 int ctk_gettid(void) { return (int)gettid(); }
 
 int ctk_set_thread_name(const char *name) {
     return -pthread_setname_np(pthread_self(), name);
-}
-
-int ctk_set_thread_nice(int nice_value) {
-    return setpriority(PRIO_PROCESS, (id_t)gettid(), nice_value) == 0 ? 0 : -errno;
-}
-
-int ctk_set_fifo(int priority) {
-    struct sched_param param = { .sched_priority = priority };
-    return -pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
-}
-
-int ctk_sched_policy(void) {
-    int policy;
-    struct sched_param param;
-    int rc = pthread_getschedparam(pthread_self(), &policy, &param);
-    return rc == 0 ? policy : -rc;
 }

@@ -75,7 +75,7 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
 
     // A pthread mutex rather than Synchronization.Mutex, which ThreadSanitizer misreads.
     private static let sharedSourcesLock = PThreadMutex()
-    nonisolated(unsafe) private static var sharedSources: [Int: DisplaySource] = [:]   // guarded by sharedSourcesLock
+    nonisolated(unsafe) private static var sharedSources: [Int: DisplaySource] = [:]  // guarded by sharedSourcesLock
 
     /// The process-wide source for `refreshRate`, made on first use: one vsync thread
     /// serves every link of the same rate.
@@ -107,16 +107,16 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         let started = StartSignal<(ObtainedPriority, Int32)>()
         let counters = self.counters
         do throws(TimerError) {
-            loop = try OwnedLoop({ loop in
-                nameCurrentThread("TimerKit.vsync")
-                _ = ctk_set_timer_slack(1)
-                started.send((applyPriority(priority), ctk_gettid()))
-                do throws(TimerError) {
-                    try Self.runVsync(loop, fd: fd, counters: counters, scheduler: scheduler)
-                } catch {
-                    scheduler.fail(with: error)   // the timerfd stays open until shutdown()
-                }
-            }, release: { close(fd) })
+            loop = try OwnedLoop(
+                { loop in
+                    nameCurrentThread("TimerKit.vsync")
+                    started.send((priority.applyToCurrentThread(minimalTimerSlack: true), ctk_gettid()))
+                    do throws(TimerError) {
+                        try Self.runVsync(loop, fd: fd, counters: counters, scheduler: scheduler)
+                    } catch {
+                        scheduler.fail(with: error)  // the timerfd stays open until shutdown()
+                    }
+                }, release: { close(fd) })
         } catch {
             close(fd)
             throw error
@@ -145,28 +145,37 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     /// Adds a link whose `action` receives `target` (held weakly: the link ends when the
     /// target is deallocated) on every frame of its rate.
     /// - Parameters:
+    ///   - target: the object `action` receives; held weakly.
     ///   - preferredFramesPerSecond: rounded to a divisor of the refresh rate; 0 = full rate.
+    ///   - name: a unique name for the registry; nil generates one.
     ///   - deliverOn: another backend to run the callbacks on (like adding a CADisplayLink to
     ///     a run loop): the link is then a timer of that backend on this source's vsync grid,
     ///     so it fires on that backend's loop, and a slow loop drops frames (counted) rather
     ///     than queueing them. Nil runs the callbacks on the vsync thread, with the least latency.
+    ///   - action: runs on every frame of the link's rate, with the target and the frame.
     @discardableResult
     public func addLink<Target: AnyObject & Sendable>(
         target: Target, preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
         action: @escaping @Sendable (Target, DisplayFrame) -> Void
     ) throws(TimerError) -> DisplayLink {
-        try DisplayLink(source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
-                        target: target) { target, frame in
+        try DisplayLink(
+            source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
+            target: target
+        ) { target, frame in
             if let target { action(target, frame) }
         }
     }
 
     /// Adds a link running `action` on every frame of its rate.
     @discardableResult
-    public func addLink(preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
-                        action: @escaping @Sendable (DisplayFrame) -> Void) throws(TimerError) -> DisplayLink {
-        try DisplayLink(source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
-                        target: nil as DisplaySource?) { _, frame in action(frame) }
+    public func addLink(
+        preferredFramesPerSecond: Double = 0, name: String? = nil, deliverOn: (any TimerBackend)? = nil,
+        action: @escaping @Sendable (DisplayFrame) -> Void
+    ) throws(TimerError) -> DisplayLink {
+        try DisplayLink(
+            source: self, preferredFramesPerSecond: preferredFramesPerSecond, name: name, deliverOn: deliverOn,
+            target: nil as DisplaySource?
+        ) { _, frame in action(frame) }
     }
 
     /// The first vsync at or after `instant` whose index is a multiple of `divisor`.
@@ -223,8 +232,9 @@ private final class LinkCore<Target: AnyObject & Sendable>: Sendable {
     }
 
     func deliver(_ target: Target?, _ tick: Tick, interval: Duration) {
-        let frame = DisplayFrame(timestamp: tick.scheduled, targetTimestamp: tick.scheduled + interval,
-                                 duration: interval, actual: tick.actual, dropped: tick.missed)
+        let frame = DisplayFrame(
+            timestamp: tick.scheduled, targetTimestamp: tick.scheduled + interval,
+            duration: interval, actual: tick.actual, dropped: tick.missed)
         let began = MonotonicInstant.now()
         action(target, frame)
         let took = MonotonicInstant.now() - began
@@ -250,9 +260,11 @@ public final class DisplayLink: Sendable {
     public let handle: TimerHandle
     private let readStatistics: @Sendable () -> DisplayLinkStatistics
 
-    init<Target: AnyObject & Sendable>(source: DisplaySource, preferredFramesPerSecond: Double, name: String?,
-                                       deliverOn: (any TimerBackend)?, target: Target?,
-                                       action: @escaping @Sendable (Target?, DisplayFrame) -> Void) throws(TimerError) {
+    init<Target: AnyObject & Sendable>(
+        source: DisplaySource, preferredFramesPerSecond: Double, name: String?,
+        deliverOn: (any TimerBackend)?, target: Target?,
+        action: @escaping @Sendable (Target?, DisplayFrame) -> Void
+    ) throws(TimerError) {
         self.source = source
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
         let core = LinkCore<Target>(action: action)

@@ -88,23 +88,25 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
         let started = StartSignal<(ObtainedPriority, Int32, TimerError?)>()
         let (epollFD, timerFD, eventFD) = (self.epollFD, self.timerFD, self.eventFD)
         do throws(TimerError) {
-            loop = try OwnedLoop({ loop in
-                nameCurrentThread(options.threadName)
-                var slackError: TimerError?
-                if let slack = options.timerSlack {
-                    do throws(TimerError) { try applyTimerSlack(slack) } catch { slackError = error }
-                }
-                started.send((applyPriority(options.priority), ctk_gettid(), slackError))
-                do throws(TimerError) {
-                    try Self.run(loop, epollFD: epollFD, timerFD: timerFD, scheduler: scheduler)
-                } catch {
-                    scheduler.fail(with: error)   // the descriptors stay open until shutdown()
-                }
-            }, release: {
-                close(eventFD)
-                close(timerFD)
-                close(epollFD)
-            })
+            loop = try OwnedLoop(
+                { loop in
+                    nameCurrentThread(options.threadName)
+                    var slackError: TimerError?
+                    if let slack = options.timerSlack {
+                        do throws(TimerError) { try applyTimerSlack(slack) } catch { slackError = error }
+                    }
+                    started.send((options.priority.applyToCurrentThread(), ctk_gettid(), slackError))
+                    do throws(TimerError) {
+                        try Self.run(loop, epollFD: epollFD, timerFD: timerFD, scheduler: scheduler)
+                    } catch {
+                        scheduler.fail(with: error)  // the descriptors stay open until shutdown()
+                    }
+                },
+                release: {
+                    close(eventFD)
+                    close(timerFD)
+                    close(epollFD)
+                })
         } catch {
             closeOpened()
             throw error
@@ -129,7 +131,7 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
         let eventFD = self.eventFD
         loop.stop {
             var one: UInt64 = 1
-            _ = write(eventFD, &one, 8)   // EAGAIN only if the counter is saturated: already signalled
+            _ = write(eventFD, &one, 8)  // EAGAIN only if the counter is saturated: already signalled
         }
     }
 

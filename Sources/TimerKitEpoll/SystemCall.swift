@@ -16,7 +16,8 @@ func retryingInterrupts(_ call: String, _ body: () -> Int) throws(TimerError) ->
         if result >= 0 { return result }
         let code = Int32(truncatingIfNeeded: -result)
         if code == EINTR { continue }
-        precondition(code != EBADF && code != EFAULT, "TimerKit: \(call) failed with errno \(code) on a descriptor or buffer it does not own")
+        precondition(
+            code != EBADF && code != EFAULT, "TimerKit: \(call) failed with errno \(code) on a descriptor or buffer it does not own")
         throw .systemCall(call: call, errno: code)
     }
 }

@@ -43,23 +43,41 @@ public struct ObtainedPriority: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+extension ThreadPriority {
+    /// Applies this priority to the calling thread, with the fallback `.realtime` describes,
+    /// and returns what the thread got. With `minimalTimerSlack`, the thread's timer slack
+    /// also drops to 1 ns (the kernel's default is 50 µs), as a `DisplaySource` does for its
+    /// vsync thread: for threads of your own that must keep time as closely.
+    public func applyToCurrentThread(minimalTimerSlack: Bool = false) -> ObtainedPriority {
+        if minimalTimerSlack { _ = ctk_set_timer_slack(1) }
+        return applyPriority(self)
+    }
+}
+
 /// Applies `requested` to the calling thread, falling back as `ThreadPriority` describes.
-package func applyPriority(_ requested: ThreadPriority) -> ObtainedPriority {
-    func describe(_ call: String, _ rc: Int32) -> String {
-        "\(call) failed: errno \(-rc) (\(String(cString: strerror(-rc))))"
+func applyPriority(_ requested: ThreadPriority) -> ObtainedPriority {
+    func describe(_ call: String, _ code: Int32) -> String {
+        "\(call) failed: errno \(code) (\(String(cString: strerror(code))))"
+    }
+    /// setpriority(2) on this thread alone (a thread id, not the process): 0 or the errno.
+    func setNice(_ value: Int32) -> Int32 {
+        setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(ctk_gettid()), value) == 0 ? 0 : errno
     }
     switch requested {
     case .normal:
         return ObtainedPriority(priority: .normal, fallbackReason: nil)
     case let .nice(value):
-        let rc = ctk_set_thread_nice(value)
-        return rc == 0 ? ObtainedPriority(priority: requested, fallbackReason: nil)
-                       : ObtainedPriority(priority: .normal, fallbackReason: describe("setpriority(\(value))", rc))
+        let code = setNice(value)
+        return code == 0
+            ? ObtainedPriority(priority: requested, fallbackReason: nil)
+            : ObtainedPriority(priority: .normal, fallbackReason: describe("setpriority(\(value))", code))
     case let .realtime(priority):
-        let fifo = ctk_set_fifo(priority)
-        if fifo == 0 { return ObtainedPriority(priority: requested, fallbackReason: nil) }
-        let reason = describe("SCHED_FIFO \(priority)", fifo)
-        if ctk_set_thread_nice(-20) == 0 { return ObtainedPriority(priority: .nice(-20), fallbackReason: reason) }
+        var parameters = sched_param()
+        parameters.sched_priority = priority
+        let code = pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters)
+        if code == 0 { return ObtainedPriority(priority: requested, fallbackReason: nil) }
+        let reason = describe("SCHED_FIFO \(priority)", code)
+        if setNice(-20) == 0 { return ObtainedPriority(priority: .nice(-20), fallbackReason: reason) }
         return ObtainedPriority(priority: .normal, fallbackReason: reason + "; nice -20 refused too")
     }
 }

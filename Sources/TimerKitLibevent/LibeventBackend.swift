@@ -109,22 +109,25 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
         // libevent's handles are not Sendable; the thread gets their addresses.
         let (baseAddress, eventAddress, stopAddress) = (UInt(bitPattern: base), UInt(bitPattern: event), UInt(bitPattern: stopEvent))
         do throws(TimerError) {
-            let loop = try OwnedLoop({ loop in
-                guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
-                // Runs until the stop event breaks it; an empty base would return at once.
-                let result = event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
-                if !loop.isStopping {
-                    scheduler.fail(with: .nativeFailure(backend: "libevent", call: "event_base_loop (returned \(result))"))
-                }
-            }, release: {
-                guard let base = OpaquePointer(bitPattern: baseAddress),
-                      let event = OpaquePointer(bitPattern: eventAddress),
-                      let stopEvent = OpaquePointer(bitPattern: stopAddress) else { return }
-                event_free(event)
-                event_free(stopEvent)
-                event_base_free(base)
-                context.release()
-            })
+            let loop = try OwnedLoop(
+                { loop in
+                    guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
+                    // Runs until the stop event breaks it; an empty base would return at once.
+                    let result = event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
+                    if !loop.isStopping {
+                        scheduler.fail(with: .nativeFailure(backend: "libevent", call: "event_base_loop (returned \(result))"))
+                    }
+                },
+                release: {
+                    guard let base = OpaquePointer(bitPattern: baseAddress),
+                        let event = OpaquePointer(bitPattern: eventAddress),
+                        let stopEvent = OpaquePointer(bitPattern: stopAddress)
+                    else { return }
+                    event_free(event)
+                    event_free(stopEvent)
+                    event_base_free(base)
+                    context.release()
+                })
             owned = (loop, stopEvent)
         } catch {
             event_free(stopEvent)

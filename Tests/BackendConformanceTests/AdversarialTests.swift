@@ -116,7 +116,11 @@ extension ConformanceTests {
             _ = consume forTimer
             _ = consume observed
             #expect(h.waitUntil { fired.current == 1 })
-            #expect(h.waitUntil { _ = h.registry.count; return deinits.current == 2 })
+            #expect(
+                h.waitUntil {
+                    _ = h.registry.count
+                    return deinits.current == 2
+                })
         }
 
         @Test(arguments: BackendKind.allCases)
@@ -154,10 +158,14 @@ extension ConformanceTests {
                 var rng = SystemRandomNumberGenerator()
                 for _ in 0..<300 {
                     let delay = Duration.microseconds(Int64.random(in: 50...600, using: &rng))
-                    guard let timer = try? h.backend.schedule(.after(delay), handler: { tick in
-                        if waitedOut.current.contains(tick.timer.id) { lateCalls.increment() }
-                        fired.increment()
-                    }) else { continue }
+                    guard
+                        let timer = try? h.backend.schedule(
+                            .after(delay),
+                            handler: { tick in
+                                if waitedOut.current.contains(tick.timer.id) { lateCalls.increment() }
+                                fired.increment()
+                            })
+                    else { continue }
                     if kind.isRealTime { blockRealTime(delay) }
                     timer.cancelAndWait()
                     waitedOut.withLock { _ = $0.insert(timer.id) }
@@ -248,7 +256,7 @@ extension ConformanceTests {
             }
             let cpu = processCPUSeconds() - before
             if fired.current != 0 { return 2 }
-            if cpu > 0.25 { return 3 }   // a spinning loop burns about 1 s here
+            if cpu > 0.25 { return 3 }  // a spinning loop burns about 1 s here
             if h.registry.count != 17 { return 4 }
             return 0
         }
@@ -283,7 +291,7 @@ extension ConformanceTests {
             let returned = Counter()
             let other = try h.backend.schedule(.every(ms(1))) { _ in }
             try h.backend.schedule(.after(ms(2))) { _ in
-                h.backend.shutdown()   // must not wait for itself, nor join its own thread
+                h.backend.shutdown()  // must not wait for itself, nor join its own thread
                 returned.increment()
             }
             #expect(h.waitUntil { returned.current == 1 })

@@ -45,7 +45,7 @@ struct ConformanceTests {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let order = Locked<[Int]>([])
-        let base = h.backend.now()   // one base: a slow test thread cannot reorder the deadlines
+        let base = h.backend.now()  // one base: a slow test thread cannot reorder the deadlines
         for delay in [60, 20, 40, 80, 1] {
             try h.backend.schedule(.at(base + ms(delay))) { _ in order.withLock { $0.append(delay) } }
         }
@@ -227,7 +227,7 @@ struct ConformanceTests {
         let log = TickLog()
         let timer = try h.backend.schedule(.every(ms(2))) { tick in
             log.record(tick)
-            if tick.index == 2 { tick.timer.cancelAndWait() }   // must not deadlock
+            if tick.index == 2 { tick.timer.cancelAndWait() }  // must not deadlock
         }
         #expect(h.waitUntil { timer.currentState == .cancelled })
         h.pass(ms(20))
@@ -278,7 +278,7 @@ struct ConformanceTests {
     func creatingAndShuttingDownManyBackendsLeaksNoDescriptor(_ kind: BackendKind) async {
         await #expect(processExitsWith: .success) { [kind] in
             warmUpDispatch()
-            try kind.makeHarness().shutdown()   // one round first: lazily made process-wide state
+            try kind.makeHarness().shutdown()  // one round first: lazily made process-wide state
             let before = openLoopDescriptors().count
             for _ in 0..<200 {
                 let h = try kind.makeHarness()
@@ -309,7 +309,8 @@ struct ConformanceTests {
             let h = try kind.makeHarness()
             backend = h.backend
             registry = h.registry
-            let forHandlers = Token(), forObserver = Token()
+            let forHandlers = Token()
+            let forObserver = Token()
             handlerCapture = forHandlers
             observerCapture = forObserver
             let fired = Counter()

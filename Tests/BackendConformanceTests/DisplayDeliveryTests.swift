@@ -24,22 +24,23 @@ extension ConformanceTests {
             }
             #expect(link.handle.backendName == h.backend.name, "the link is a timer of the delivering backend")
             if let manual = h.manual, let first = link.handle.snapshot.nextDeadline {
-                manual.advance(to: first)   // virtual time starts far from the vsync grid
+                manual.advance(to: first)  // virtual time starts far from the vsync grid
             }
             #expect(h.waitUntil { frames.current.count >= 4 })
             link.invalidate()
             let atInvalidate = begun.current
             h.pass(ms(100))
             #expect(begun.current == atInvalidate, "a callback began after invalidate() returned")
-            link.handle.cancelAndWait()   // the statistics are final once no callback runs
+            link.handle.cancelAndWait()  // the statistics are final once no callback runs
             let delivered = frames.current
             let stats = link.statistics
             #expect(stats.framesDelivered == delivered.count)
             #expect(stats.framesDropped == delivered.map(\.dropped).reduce(0, +))
             #expect(stats.framesDropped >= 1, "slow callbacks drop frames instead of queueing them")
             for (previous, frame) in zip(delivered, delivered.dropFirst()) {
-                #expect(frame.timestamp - previous.timestamp == frame.duration * (frame.dropped + 1),
-                        "every gap is whole frames, all of them counted as dropped")
+                #expect(
+                    frame.timestamp - previous.timestamp == frame.duration * (frame.dropped + 1),
+                    "every gap is whole frames, all of them counted as dropped")
             }
             #expect(h.waitUntil { h.registry.count == 0 })
         }
@@ -57,7 +58,7 @@ extension ConformanceTests {
             }
             #expect(h.waitUntil { begun.current >= 2 })
             try link.setPaused(true)
-            h.pass(ms(10))   // a callback under way when setPaused returned may still finish
+            h.pass(ms(10))  // a callback under way when setPaused returned may still finish
             let atPause = begun.current
             h.pass(ms(60))
             #expect(begun.current == atPause)

@@ -56,7 +56,8 @@ extension ConformanceTests {
             let timer = slot.current
             switch Int.random(in: 0..<100, using: &rng) {
             case 0..<25 where timer == nil:
-                let schedule: TimerSchedule = Bool.random(using: &rng)
+                let schedule: TimerSchedule =
+                    Bool.random(using: &rng)
                     ? .after(.microseconds(Int64.random(in: 0...3000, using: &rng)))
                     : .every(.microseconds(Int64.random(in: 200...3000, using: &rng)), count: Bool.random(using: &rng) ? 5 : nil)
                 let policy = MissedTickPolicy.allCases.randomElement(using: &rng) ?? .skip

@@ -1,9 +1,10 @@
 import CTimerShims
 import Dispatch
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 /// Collects frames from the vsync thread.
 final class FrameLog: Sendable {
@@ -68,7 +69,7 @@ struct DisplayLinkTests {
             if log.count == 3 { blockRealTime(.milliseconds(35)) }
         }
         #expect(waitFor { log.count >= 6 })
-        link.handle.cancelAndWait()   // statistics are complete once no callback is running
+        link.handle.cancelAndWait()  // statistics are complete once no callback is running
         let frames = log.all
         #expect(frames[3].dropped >= 2, "the 35 ms callback slept through two 10 ms frames")
         for (previous, frame) in zip(frames, frames.dropFirst()) {
@@ -173,14 +174,14 @@ struct DisplayLinkTests {
             blockRealTime(duration)
             return try #require(voluntarySwitches(threadID: source.threadID)) - before
         }
-        blockRealTime(.milliseconds(50))   // the thread's start-up, up to its first sleep
+        blockRealTime(.milliseconds(50))  // the thread's start-up, up to its first sleep
         #expect(try wakeUps(over: .seconds(1)) == 0, "no link: the vsync thread sleeps")
         let log = FrameLog()
         let link = try source.addLink(action: log.record)
         #expect(waitFor { log.count >= 3 })
         #expect(try wakeUps(over: .milliseconds(100)) >= 5, "a running link ticks (200 Hz)")
         try link.setPaused(true)
-        blockRealTime(.milliseconds(20))   // the next vsync finds nothing due and disarms
+        blockRealTime(.milliseconds(20))  // the next vsync finds nothing due and disarms
         #expect(try wakeUps(over: .seconds(1)) == 0, "a paused link: the vsync thread sleeps")
         try link.setPaused(false)
         #expect(waitFor { log.count >= 6 })

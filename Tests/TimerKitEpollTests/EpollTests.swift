@@ -15,7 +15,7 @@ struct EpollTests {
             reportWithRoomForDescriptors(room) {
                 do throws(TimerError) {
                     _ = try EpollBackend(registry: TimerRegistry())
-                    return 10   // should have thrown
+                    return 10  // should have thrown
                 } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
                     return 0
                 } catch {

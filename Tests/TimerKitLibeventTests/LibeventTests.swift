@@ -1,9 +1,10 @@
 import CLibevent
 import Foundation
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitLibevent
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("Libevent backend")
 struct LibeventTests {
@@ -49,11 +50,12 @@ struct LibeventTests {
         let handlerThread = Locked<UInt>(0)
         let fired = DispatchSemaphore(value: 0)
         let address = UInt(bitPattern: base)
-        let loop = try OwnedLoop({ _ in
-            guard let base = OpaquePointer(bitPattern: address) else { return }
-            callerThread.withLock { $0 = UInt(pthread_self()) }
-            event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
-        }, release: {})
+        let loop = try OwnedLoop(
+            { _ in
+                guard let base = OpaquePointer(bitPattern: address) else { return }
+                callerThread.withLock { $0 = UInt(pthread_self()) }
+                event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
+            }, release: {})
         let backend = try LibeventBackend(attachedTo: base, registry: TimerRegistry())
         #expect(backend.isAttached)
         try backend.schedule(.after(.milliseconds(2))) { _ in
@@ -65,9 +67,11 @@ struct LibeventTests {
         backend.shutdown()
         // The caller stops its own loop; a break from its own thread cannot be lost.
         loop.stop {
-            event_base_once(base, -1, Int16(EV_TIMEOUT), { _, _, argument in
-                if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
-            }, UnsafeMutableRawPointer(base), nil)
+            event_base_once(
+                base, -1, Int16(EV_TIMEOUT),
+                { _, _, argument in
+                    if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
+                }, UnsafeMutableRawPointer(base), nil)
         }
         event_base_free(base)
     }
@@ -79,7 +83,7 @@ struct LibeventTests {
         defer { backend.shutdown() }
         let fired = Counter()
         let timer = try backend.schedule(.every(.milliseconds(1))) { _ in fired.increment() }
-        #expect(waitFor { fired.current >= 1 })   // the loop is running: a break now is not lost
+        #expect(waitFor { fired.current >= 1 })  // the loop is running: a break now is not lost
         event_base_loopbreak(backend.eventBase)
         #expect(waitFor { backend.scheduler.failure != nil })
         let cause = TimerError.nativeFailure(backend: "libevent", call: "event_base_loop (returned 0)")

@@ -19,6 +19,9 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
     case libeventAttached
     case runLoop
     case runLoopAttached
+    /// The "Writing a backend" article's example, pumped by a loop of the caller's: the
+    /// implementor surface alone meets the whole contract.
+    case pumped
 
     public var testDescription: String { rawValue }
 
@@ -38,21 +41,27 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
             return Harness(kind: self, backend: DispatchBackend(registry: registry), watchdog: watchdog)
         case .dispatchOnCallerQueue:
             let queue = DispatchQueue(label: "caller")
-            return Harness(kind: self, backend: DispatchBackend(queue: queue, registry: registry), watchdog: watchdog,
-                           onCallerContext: { queue.async(execute: $0) })
+            return Harness(
+                kind: self, backend: DispatchBackend(queue: queue, registry: registry), watchdog: watchdog,
+                onCallerContext: { queue.async(execute: $0) })
         case .epoll:
             return Harness(kind: self, backend: try EpollBackend(registry: registry), watchdog: watchdog)
         case .libevent:
             return Harness(kind: self, backend: try LibeventBackend(registry: registry), watchdog: watchdog)
         case .libeventAttached:
             let loop = try CallerLibeventLoop()
-            return Harness(kind: self, backend: try LibeventBackend(attachedTo: loop.base, registry: registry), watchdog: watchdog,
-                           onCallerContext: loop.perform, teardown: loop.stop)
+            return Harness(
+                kind: self, backend: try LibeventBackend(attachedTo: loop.base, registry: registry), watchdog: watchdog,
+                onCallerContext: loop.perform, teardown: loop.stop)
         case .runLoop:
             return Harness(kind: self, backend: try RunLoopBackend(registry: registry), watchdog: watchdog)
         case .runLoopAttached:
             let loop = try CallerRunLoop(registry: registry)
             return Harness(kind: self, backend: loop.backend, watchdog: watchdog, onCallerContext: loop.perform, teardown: loop.stop)
+        case .pumped:
+            let backend = PumpedBackend(registry: registry)
+            let loop = try CallerPumpLoop(backend)
+            return Harness(kind: self, backend: backend, watchdog: watchdog, onCallerContext: loop.perform, teardown: loop.stop)
         }
     }
 }
@@ -66,9 +75,11 @@ public final class Harness: Sendable {
     private let callerContext: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let teardown: @Sendable () -> Void
 
-    init(kind: BackendKind, backend: any TimerBackend, manual: ManualBackend? = nil, watchdog: Watchdog,
-         onCallerContext: (@Sendable (@escaping @Sendable () -> Void) -> Void)? = nil,
-         teardown: @escaping @Sendable () -> Void = {}) {
+    init(
+        kind: BackendKind, backend: any TimerBackend, manual: ManualBackend? = nil, watchdog: Watchdog,
+        onCallerContext: (@Sendable (@escaping @Sendable () -> Void) -> Void)? = nil,
+        teardown: @escaping @Sendable () -> Void = {}
+    ) {
         self.kind = kind
         self.backend = backend
         self.manual = manual
@@ -139,36 +150,46 @@ final class CallerLibeventLoop: @unchecked Sendable {
     }
 
     init() throws {
-        evthread_use_pthreads()   // before the base, as LibeventBackend's docs require
+        evthread_use_pthreads()  // before the base, as LibeventBackend's docs require
         let config = event_config_new()
         event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue))
         guard let base = event_base_new_with_config(config) else { throw TimerError.nativeFailure(backend: "test", call: "event_base_new") }
         event_config_free(config)
         self.base = base
         // A loopbreak sent before the loop starts is lost; an activated event is not.
-        guard let stopEvent = event_new(base, -1, 0, { _, _, argument in
-            if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
-        }, UnsafeMutableRawPointer(base)) else { throw TimerError.nativeFailure(backend: "test", call: "event_new") }
+        guard
+            let stopEvent = event_new(
+                base, -1, 0,
+                { _, _, argument in
+                    if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
+                }, UnsafeMutableRawPointer(base))
+        else { throw TimerError.nativeFailure(backend: "test", call: "event_new") }
         self.stopEvent = stopEvent
         let (baseAddress, stopAddress) = (UInt(bitPattern: base), UInt(bitPattern: stopEvent))
-        loop = try OwnedLoop({ _ in
-            guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
-            event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
-        }, release: {
-            guard let base = OpaquePointer(bitPattern: baseAddress), let stopEvent = OpaquePointer(bitPattern: stopAddress) else { return }
-            event_free(stopEvent)
-            event_base_free(base)   // runs the finalizer of the backend's event
-        })
+        loop = try OwnedLoop(
+            { _ in
+                guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
+                event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
+            },
+            release: {
+                guard let base = OpaquePointer(bitPattern: baseAddress), let stopEvent = OpaquePointer(bitPattern: stopAddress) else {
+                    return
+                }
+                event_free(stopEvent)
+                event_base_free(base)  // runs the finalizer of the backend's event
+            })
     }
 
     /// Runs `body` in a callback of this loop.
     func perform(_ body: @escaping @Sendable () -> Void) {
         var now = timeval()
         let work = Unmanaged.passRetained(Work(body))
-        event_base_once(base, -1, Int16(EV_TIMEOUT), { _, _, argument in
-            guard let argument else { return }
-            Unmanaged<Work>.fromOpaque(argument).takeRetainedValue().body()
-        }, work.toOpaque(), &now)
+        event_base_once(
+            base, -1, Int16(EV_TIMEOUT),
+            { _, _, argument in
+                guard let argument else { return }
+                Unmanaged<Work>.fromOpaque(argument).takeRetainedValue().body()
+            }, work.toOpaque(), &now)
     }
 
     func stop() {
@@ -196,11 +217,14 @@ final class CallerRunLoop: @unchecked Sendable {
 
     init(registry: TimerRegistry) throws {
         let started = StartSignal<Refs>()
-        loop = try OwnedLoop({ loop in
-            started.send(Refs(backend: RunLoopBackend(attachedTo: .current, registry: registry), runLoop: .current,
-                              cfRunLoop: CFRunLoopGetCurrent()))
-            while !loop.isStopping { _ = RunLoop.current.run(mode: .default, before: Date(timeIntervalSinceNow: 0.05)) }
-        }, release: {})
+        loop = try OwnedLoop(
+            { loop in
+                started.send(
+                    Refs(
+                        backend: RunLoopBackend(attachedTo: .current, registry: registry), runLoop: .current,
+                        cfRunLoop: CFRunLoopGetCurrent()))
+                while !loop.isStopping { _ = RunLoop.current.run(mode: .default, before: Date(timeIntervalSinceNow: 0.05)) }
+            }, release: {})
         guard let refs = started.receive() else { throw TimerError.nativeFailure(backend: "test", call: "run loop thread") }
         backend = refs.backend
         runLoop = refs.runLoop
@@ -215,5 +239,42 @@ final class CallerRunLoop: @unchecked Sendable {
     func stop() {
         let cfRunLoop = self.cfRunLoop
         loop.stop { CFRunLoopStop(cfRunLoop) }
+    }
+}
+
+/// The loop of a program that uses `PumpedBackend`: each turn it runs the work queued for it,
+/// then the timers that are due, then sleeps until the next deadline (1 ms at the most, so
+/// that an earlier deadline or new work is seen soon).
+final class CallerPumpLoop: Sendable {
+    private let backend: PumpedBackend
+    private let work = Locked<[@Sendable () -> Void]>([])
+    private let loop: OwnedLoop
+
+    init(_ backend: PumpedBackend) throws {
+        self.backend = backend
+        let work = self.work
+        loop = try OwnedLoop(
+            { loop in
+                while !loop.isStopping {
+                    for item in work.withLock({ $0.take() }) { item() }
+                    backend.runDueTimers()
+                    let now = MonotonicInstant.now()
+                    let next = backend.nextDeadline
+                    blockRealTime(next > now ? min(next - now, .milliseconds(1)) : .zero)
+                }
+            }, release: {})
+    }
+
+    /// Runs `body` on the loop's thread, at its next turn.
+    func perform(_ body: @escaping @Sendable () -> Void) { work.withLock { $0.append(body) } }
+
+    func stop() { loop.stop {} }
+}
+
+extension Array {
+    /// Empties the array and returns what it held.
+    mutating func take() -> [Element] {
+        defer { self = [] }
+        return self
     }
 }

@@ -127,7 +127,8 @@ public func openDescriptors() -> [Int32: String] {
     var result: [Int32: String] = [:]
     for entry in entries {
         guard let fd = Int32(entry),
-              let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)") else { continue }
+            let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)")
+        else { continue }
         result[fd] = target
     }
     return result

@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("Bad input is a typed error naming the value")
 struct BadInputTests {
@@ -16,24 +17,36 @@ struct BadInputTests {
     static let cases: [Case] = [
         Case(label: "negative delay", schedule: .after(ms(-1)), expected: .negativeDuration(parameter: "delay", value: ms(-1))),
         Case(label: "NaN delay", schedule: .after(seconds: .nan), expected: .nonFiniteSeconds(parameter: "delay", value: .nan)),
-        Case(label: "infinite delay", schedule: .after(seconds: .infinity), expected: .nonFiniteSeconds(parameter: "delay", value: .infinity)),
-        Case(label: "negative seconds", schedule: .after(seconds: -2), expected: .negativeDuration(parameter: "delay", value: .seconds(-2))),
+        Case(
+            label: "infinite delay", schedule: .after(seconds: .infinity), expected: .nonFiniteSeconds(parameter: "delay", value: .infinity)
+        ),
+        Case(
+            label: "negative seconds", schedule: .after(seconds: -2), expected: .negativeDuration(parameter: "delay", value: .seconds(-2))),
         Case(label: "negative interval", schedule: .every(ms(-10)), expected: .negativeDuration(parameter: "interval", value: ms(-10))),
         Case(label: "zero interval", schedule: .every(.zero), expected: .zeroInterval(parameter: "interval")),
         Case(label: "zero interval in seconds", schedule: .every(seconds: 0), expected: .zeroInterval(parameter: "interval")),
-        Case(label: "sub-nanosecond interval in seconds", schedule: .every(seconds: 1e-12),
-             expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 1e-12)),
-        Case(label: "sub-nanosecond interval", schedule: .every(Duration(secondsComponent: 0, attosecondsComponent: 500_000_000)),
-             expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 5e-10)),
-        Case(label: "zero interval on a grid", schedule: .every(.nanoseconds(0), startingAt: .distantFuture),
-             expected: .zeroInterval(parameter: "interval")),
-        Case(label: "infinite interval", schedule: .every(seconds: -.infinity), expected: .nonFiniteSeconds(parameter: "interval", value: -.infinity)),
-        Case(label: "negative first delay", schedule: .every(ms(10), firstAfter: ms(-1)), expected: .negativeDuration(parameter: "firstAfter", value: ms(-1))),
+        Case(
+            label: "sub-nanosecond interval in seconds", schedule: .every(seconds: 1e-12),
+            expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 1e-12)),
+        Case(
+            label: "sub-nanosecond interval", schedule: .every(Duration(secondsComponent: 0, attosecondsComponent: 500_000_000)),
+            expected: .intervalBelowOneNanosecond(parameter: "interval", seconds: 5e-10)),
+        Case(
+            label: "zero interval on a grid", schedule: .every(.nanoseconds(0), startingAt: .distantFuture),
+            expected: .zeroInterval(parameter: "interval")),
+        Case(
+            label: "infinite interval", schedule: .every(seconds: -.infinity),
+            expected: .nonFiniteSeconds(parameter: "interval", value: -.infinity)),
+        Case(
+            label: "negative first delay", schedule: .every(ms(10), firstAfter: ms(-1)),
+            expected: .negativeDuration(parameter: "firstAfter", value: ms(-1))),
         Case(label: "zero count", schedule: .every(ms(10), count: 0), expected: .invalidCount(0)),
         Case(label: "negative count", schedule: .every(ms(10), count: -3), expected: .invalidCount(-3)),
         Case(label: "empty name", schedule: .after(ms(1)), name: "", expected: .emptyName),
         Case(label: "reserved name", schedule: .after(ms(1)), name: "timer#12", expected: .reservedName("timer#12")),
-        Case(label: "negative tolerance", schedule: .after(ms(1)), tolerance: ms(-1), expected: .negativeDuration(parameter: "tolerance", value: ms(-1))),
+        Case(
+            label: "negative tolerance", schedule: .after(ms(1)), tolerance: ms(-1),
+            expected: .negativeDuration(parameter: "tolerance", value: ms(-1))),
     ]
 
     @Test(arguments: cases)

@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 /// Virtual time driven to, and past, the end of the timeline: `advance` must return, fire
 /// what is due on the way, and never fire what lies past `MonotonicInstant.horizon`.
@@ -67,13 +68,13 @@ struct LockTests {
     /// it (user code run under a TimerKit lock, calling back in) crashes with a message.
     @Test func aLockTakenTwiceByOneThreadCrashesWithAMessage() async {
         #if DEBUG
-        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let mutex = PThreadMutex()
-            mutex.lock()
-            mutex.lock()
-        }
-        let message = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-        #expect(message.contains("taken again by the thread that holds it"))
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                let mutex = PThreadMutex()
+                mutex.lock()
+                mutex.lock()
+            }
+            let message = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+            #expect(message.contains("taken again by the thread that holds it"))
         #endif
     }
 }

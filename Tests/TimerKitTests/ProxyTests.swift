@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 /// The seeds' ViewController: owns a repeating timer that targets itself.
 final class Ticker: Sendable {
@@ -75,9 +76,16 @@ struct ProxyTests {
         let after = Locked<[Duration]>([])
         let order = Locked<[String]>([])
         let timer = try clock.schedule(.every(ms(10), count: 3)) { _ in order.withLock { $0.append("handler") } }
-        try timer.addObserver(TimerObserver(
-            willFire: { tick in before.record(tick); order.withLock { $0.append("will") } },
-            didFire: { _, elapsed in after.withLock { $0.append(elapsed) }; order.withLock { $0.append("did") } }))
+        try timer.addObserver(
+            TimerObserver(
+                willFire: { tick in
+                    before.record(tick)
+                    order.withLock { $0.append("will") }
+                },
+                didFire: { _, elapsed in
+                    after.withLock { $0.append(elapsed) }
+                    order.withLock { $0.append("did") }
+                }))
         clock.advance(by: ms(50))
         #expect(before.count == 3)
         #expect(before.all.allSatisfy { $0.lateness == .zero })

@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("Registry")
 struct RegistryTests {
@@ -13,7 +14,7 @@ struct RegistryTests {
         for _ in 0..<100 {
             let timer = try clock.schedule(.after(ms(5))) { _ in }
             #expect(seen.insert(timer.name).inserted)
-            timer.cancel()   // the seeds' `count`-based scheme reuses names after this
+            timer.cancel()  // the seeds' `count`-based scheme reuses names after this
         }
         let survivors = try (0..<10).map { _ in try clock.schedule(.after(ms(5))) { _ in } }
         #expect(survivors.allSatisfy { !seen.contains($0.name) })
@@ -104,7 +105,7 @@ struct RegistryTests {
         final class CallsBack: Sendable {
             let registry: TimerRegistry
             init(_ registry: TimerRegistry) { self.registry = registry }
-            deinit { _ = registry.addObserver(TimerObserver()) }   // re-enters the registry
+            deinit { _ = registry.addObserver(TimerObserver()) }  // re-enters the registry
         }
         var hook: CallsBack? = CallsBack(registry)
         let token = registry.addObserver(TimerObserver(willFire: { [hook] _ in _ = hook }))
@@ -174,9 +175,11 @@ struct RegistryTests {
             weakScheduler = backend.scheduler
             backend.shutdown()
             let late = try registry.register(name: nil) { id in
-                TimerHandle(id: id, name: nil, scheduler: backend.scheduler,
-                            resolved: .init(firstDeadline: 0, intervalNanoseconds: 0, remaining: 1),
-                            policy: .skip, extras: nil, target: nil) { _ in }
+                TimerHandle(
+                    id: id, name: nil, scheduler: backend.scheduler,
+                    resolved: .init(firstDeadline: 0, intervalNanoseconds: 0, remaining: 1),
+                    policy: .skip, extras: nil, target: nil
+                ) { _ in }
             }
             late.cancel()
         }()
@@ -191,7 +194,7 @@ struct RegistryTests {
             let clock = ManualBackend(registry: registry)
             defer { clock.shutdown() }
             let timers = try (0..<10).map { _ in try clock.schedule(.every(ms(10))) { _ in } }
-            for timer in timers.prefix(5) { timer.cancel() }   // ended, waiting in the removal batch
+            for timer in timers.prefix(5) { timer.cancel() }  // ended, waiting in the removal batch
             clock.advance(by: ms(25))
         }
         #expect(weakRegistry == nil, "ended timers must not keep their registry alive")

@@ -1,8 +1,9 @@
 import Dispatch
 import Foundation
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("RunLoop modes")
 struct RunLoopModeTests {
@@ -32,7 +33,8 @@ struct RunLoopModeTests {
                 let counts = Locked(Counts())
                 let start = MonotonicInstant.now()
                 _ = try? backend.schedule(.every(.milliseconds(10))) { tick in counts.withLock { $0.defaultTicks.append(tick) } }
-                _ = try? backend.mode(.common).schedule(.every(.milliseconds(10))) { tick in counts.withLock { $0.commonTicks.append(tick) } }
+                _ = try? backend.mode(.common).schedule(.every(.milliseconds(10))) { tick in counts.withLock { $0.commonTicks.append(tick) }
+                }
                 // "Scrolling": the loop runs in the tracking mode for at least 60 ms and until
                 // the common timer has fired three times, however busy the machine is.
                 Self.run(Self.tracking) { counts.current.commonTicks.count >= 3 && MonotonicInstant.now() - start >= .milliseconds(60) }
@@ -46,7 +48,8 @@ struct RunLoopModeTests {
         #expect(tracked.defaultTicks.isEmpty, "a default-mode timer must wait while the loop tracks")
         #expect(tracked.commonTicks.count >= 3, "a common-mode timer keeps firing while the loop tracks")
         try #require(after.defaultTicks.count >= 2)
-        let first = after.defaultTicks[0], second = after.defaultTicks[1]
+        let first = after.defaultTicks[0]
+        let second = after.defaultTicks[1]
         // At least five ticks came due while tracking: .skip fires the latest once, late...
         #expect(first.missed >= 5)
         // ...and then moves on: the next tick is a later grid point, not an old one burst out.

@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("Scheduling on virtual time")
 struct SchedulingTests {
@@ -227,9 +228,10 @@ struct SchedulingTests {
         var timers: [TimerHandle] = []
         for _ in 0..<2000 {
             let delay = ms(Int.random(in: 1...1000, using: &rng))
-            timers.append(try clock.schedule(.after(delay)) { tick in
-                fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
-            })
+            timers.append(
+                try clock.schedule(.after(delay)) { tick in
+                    fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
+                })
         }
         timers.shuffle(using: &rng)
         let cancelled = Set(timers.prefix(1000).map(\.id))
@@ -249,12 +251,13 @@ struct SchedulingTests {
         let fired = Locked<[(UInt64, MonotonicInstant)]>([])
         var timers: [TimerHandle] = []
         for _ in 0..<6000 {
-            timers.append(try clock.schedule(.after(ms(Int.random(in: 1...5000, using: &rng)))) { tick in
-                fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
-            })
+            timers.append(
+                try clock.schedule(.after(ms(Int.random(in: 1...5000, using: &rng)))) { tick in
+                    fired.withLock { $0.append((tick.timer.id, tick.scheduled)) }
+                })
         }
         timers.shuffle(using: &rng)
-        let cancelled = timers[0..<3500]        // enough dead entries to force compactions
+        let cancelled = timers[0..<3500]  // enough dead entries to force compactions
         let suspended = timers[3500..<4500]
         let resumed = suspended.prefix(500)
         for timer in cancelled { timer.cancel() }

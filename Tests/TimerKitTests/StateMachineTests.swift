@@ -1,6 +1,7 @@
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 @Suite("State machine and cancellation")
 struct StateMachineTests {
@@ -138,7 +139,7 @@ struct StateMachineTests {
             defer { clock.shutdown() }
             let box = Locked<TimerHandle?>(nil)
             let timer = try clock.schedule(.every(ms(10))) { _ in _ = box.current }
-            box.withLock { $0 = timer }   // a cycle through the handler
+            box.withLock { $0 = timer }  // a cycle through the handler
             weakTimer = timer
             timer.cancel()
         }

@@ -46,7 +46,7 @@ let benchmarks: @Sendable () -> Void = {
         let clock = ManualBackend(registry: TimerRegistry())
         let counter = FireCounter()
         try clock.schedule(.every(.microseconds(100)), handler: counter.fire)
-        clock.advance(by: .milliseconds(10))   // steady state
+        clock.advance(by: .milliseconds(10))  // steady state
         benchmark.startMeasurement()
         for _ in benchmark.scaledIterations { clock.advance(by: .microseconds(100)) }
         benchmark.stopMeasurement()
@@ -57,12 +57,13 @@ let benchmarks: @Sendable () -> Void = {
     // repeating timer. Goal: no allocation in steady state. Two sizes, so that a constant
     // (the measurement's own start and stop) can be told from a cost per fire.
     for fires in [1_000, 4_000] {
-        Benchmark("fire path, \(fires) fires of a repeating timer (epoll)", configuration: .init(metrics: metrics, maxIterations: 30)) { benchmark in
+        Benchmark("fire path, \(fires) fires of a repeating timer (epoll)", configuration: .init(metrics: metrics, maxIterations: 30)) {
+            benchmark in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
             let counter = FireCounter()
             try backend.schedule(.every(.microseconds(100)), handler: counter.fire)
-            counter.wait(for: 100)   // steady state
+            counter.wait(for: 100)  // steady state
             benchmark.startMeasurement()
             counter.wait(for: fires)
             benchmark.stopMeasurement()

@@ -3,12 +3,11 @@
 
 // Glibc's Swift module does not expose these headers; including them here makes their
 // functions and constants callable from Swift directly (timerfd_create, timerfd_settime,
-// eventfd, epoll_create1, mallinfo2, ...).
+// eventfd, epoll_create1, ...).
 #include <sys/types.h>
 #include <sys/timerfd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <malloc.h>
 #include <stdint.h>
 #include <pthread.h>
 
@@ -26,25 +25,10 @@ int ctk_epoll_wait(int epfd, uint64_t *tokens, int max_tokens, int timeout_ms);
 /// prctl(PR_SET_TIMERSLACK, ns) for the calling thread (prctl is variadic).
 int ctk_set_timer_slack(unsigned long nanoseconds);
 
-/// The calling thread's timer slack in ns, or -errno.
-long ctk_timer_slack(void);
-
-/// Pins the calling thread to one CPU (CPU_SET and friends are macros).
-int ctk_set_affinity(int cpu);
-
 /// The kernel thread id of the calling thread (for /proc/self/task/TID and setpriority).
 int ctk_gettid(void);
 
 /// Names the calling thread (pthread_setname_np is a GNU extension Glibc's module omits).
 int ctk_set_thread_name(const char *name);
-
-/// setpriority(PRIO_PROCESS, tid, nice) for the calling thread only.
-int ctk_set_thread_nice(int nice_value);
-
-/// Asks for SCHED_FIFO at `priority` for the calling thread.
-int ctk_set_fifo(int priority);
-
-/// The calling thread's scheduling policy (SCHED_OTHER, SCHED_FIFO, ...) or -errno.
-int ctk_sched_policy(void);
 
 #endif

@@ -46,11 +46,14 @@ extension TimerBackend {
     /// - Throws: `TimerError` naming the bad value: negative or non-finite durations, a zero
     ///   interval, a count below 1, an empty, reserved or duplicate name, a shut-down backend.
     @discardableResult
-    public func schedule(_ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
-                         missedTicks: MissedTickPolicy = .skip,
-                         handler: @escaping @Sendable (Tick) -> Void) throws(TimerError) -> TimerHandle {
-        try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks,
-                               target: nil, handler: handler)
+    public func schedule(
+        _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
+        missedTicks: MissedTickPolicy = .skip,
+        handler: @escaping @Sendable (Tick) -> Void
+    ) throws(TimerError) -> TimerHandle {
+        try scheduler.schedule(
+            schedule, name: name, tolerance: tolerance, policy: missedTicks,
+            target: nil, handler: handler)
     }
 
     /// Target-action scheduling (NSTimer's target/selector, with NSProxy's weak reference
@@ -65,8 +68,10 @@ extension TimerBackend {
         action: @escaping @Sendable (Target, Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
         let reference = WeakReference(target)
-        return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks,
-                                      target: reference) { tick in
+        return try scheduler.schedule(
+            schedule, name: name, tolerance: tolerance, policy: missedTicks,
+            target: reference
+        ) { tick in
             // The fire path has checked the target and keeps it alive for this call.
             guard let object = reference.object else { return }
             action(unsafeDowncast(object, to: Target.self), tick)

@@ -43,8 +43,10 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// the reference (but see `WeakReference` about loading the object).
     let target: WeakReference?
 
-    init(id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
-         policy: MissedTickPolicy, extras: TimerExtras?, target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void) {
+    init(
+        id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
+        policy: MissedTickPolicy, extras: TimerExtras?, target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void
+    ) {
         self.extras = extras
         self.target = target
         self.id = id
@@ -82,9 +84,10 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     }
 
     private func snapshotLocked() -> TimerSnapshot {
-        TimerSnapshot(name: name, backend: scheduler.backendName, state: state, fires: fires,
-                      nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: deadline) : nil,
-                      interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
+        TimerSnapshot(
+            name: name, backend: scheduler.backendName, state: state, fires: fires,
+            nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: deadline) : nil,
+            interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
     }
 
     /// Whether this is a target-action timer whose target has been released. Call it only

@@ -53,10 +53,12 @@ public struct TimerSchedule: Sendable {
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
         case let .every(amount, first, count):
             let interval = try Self.intervalNanoseconds(amount)
-            let firstDelay = try first.map { amount throws(TimerError) in try Self.nanoseconds(amount, parameter: "firstAfter") } ?? interval
+            let firstDelay =
+                try first.map { amount throws(TimerError) in try Self.nanoseconds(amount, parameter: "firstAfter") } ?? interval
             if let count, count < 1 { throw .invalidCount(count) }
-            return Resolved(firstDeadline: now.nanoseconds.saturatingAdd(firstDelay),
-                            intervalNanoseconds: interval, remaining: count ?? -1)
+            return Resolved(
+                firstDeadline: now.nanoseconds.saturatingAdd(firstDelay),
+                intervalNanoseconds: interval, remaining: count ?? -1)
         case let .everyFrom(amount, start, count):
             let interval = try Self.intervalNanoseconds(amount)
             if let count, count < 1 { throw .invalidCount(count) }

@@ -21,8 +21,10 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     private var wakeFailure: TimerError?
 
     /// Creates a manual clock starting at `start`, registering timers in `registry`.
-    public init(start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
-                registry: TimerRegistry = .shared, name: String = "manual") {
+    public init(
+        start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
+        registry: TimerRegistry = .shared, name: String = "manual"
+    ) {
         clock = VirtualClock(start: start)
         scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock))
         scheduler.attach(self)

@@ -46,14 +46,15 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     /// - Throws: `TimerError.systemCall` if the thread cannot start.
     public init(registry: TimerRegistry = .shared) throws(TimerError) {
         let started = StartSignal<LoopRefs>()
-        let loop = try OwnedLoop({ loop in
-            started.send(LoopRefs(runLoop: RunLoop.current, cfRunLoop: CFRunLoopGetCurrent()))
-            // The default mode's native timer keeps the loop from returning at once; it is
-            // invalidated only after this thread has been joined.
-            while !loop.isStopping {
-                _ = RunLoop.current.run(mode: .default, before: .distantFuture)
-            }
-        }, release: {})
+        let loop = try OwnedLoop(
+            { loop in
+                started.send(LoopRefs(runLoop: RunLoop.current, cfRunLoop: CFRunLoopGetCurrent()))
+                // The default mode's native timer keeps the loop from returning at once; it is
+                // invalidated only after this thread has been joined.
+                while !loop.isStopping {
+                    _ = RunLoop.current.run(mode: .default, before: .distantFuture)
+                }
+            }, release: {})
         guard let refs = started.receive() else { throw .systemCall(call: "pthread_create", errno: EAGAIN) }
         self.loop = loop
         self.runLoop = refs.runLoop
@@ -119,7 +120,8 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
             // A bare CFRunLoopStop is lost when it lands between two runs (each run starts
             // with the stop flag cleared); a block queued on the loop is not, and the loop
             // stops itself when it runs it.
-            let runLoop = self.runLoop, cfRunLoop = self.cfRunLoop
+            let runLoop = self.runLoop
+            let cfRunLoop = self.cfRunLoop
             loop.stop {
                 runLoop.perform { CFRunLoopStop(CFRunLoopGetCurrent()) }
                 CFRunLoopWakeUp(cfRunLoop)
@@ -175,11 +177,13 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
             },
             copyDescription: nil)
         // Repeating with a decades-long interval, so it stays valid between re-arms.
-        timer = CFRunLoopTimerCreate(nil, Self.never, 1e9, 0, 0, { _, info in
-            guard let info else { return }
-            Unmanaged<Callback>.fromOpaque(info).takeUnretainedValue().scheduler?.fireDueTimers()
-        }, &context)
-        callback.release()   // the timer holds its own reference now
+        timer = CFRunLoopTimerCreate(
+            nil, Self.never, 1e9, 0, 0,
+            { _, info in
+                guard let info else { return }
+                Unmanaged<Callback>.fromOpaque(info).takeUnretainedValue().scheduler?.fireDueTimers()
+            }, &context)
+        callback.release()  // the timer holds its own reference now
         CFRunLoopAddTimer(runLoop, timer, cfMode(mode))
         scheduler.attach(self)
     }

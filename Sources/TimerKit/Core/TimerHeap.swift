@@ -45,7 +45,9 @@ struct TimerHeap {
     @discardableResult
     mutating func remove(_ timer: TimerHandle) -> Bool {
         let index = Int(timer.heapIndex)
-        guard index >= 0, index < entries.count, entries[index].timer.toOpaque() == Unmanaged.passUnretained(timer).toOpaque() else { return false }
+        guard index >= 0, index < entries.count, entries[index].timer.toOpaque() == Unmanaged.passUnretained(timer).toOpaque() else {
+            return false
+        }
         _ = remove(at: index)
         return true
     }
@@ -146,4 +148,3 @@ struct TimerHeap {
         }
     }
 }
-

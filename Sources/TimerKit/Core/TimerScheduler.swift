@@ -95,8 +95,10 @@ import Synchronization
 
     // MARK: Scheduling
 
-    func schedule(_ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
-                  target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void) throws(TimerError) -> TimerHandle {
+    func schedule(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
+        target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void
+    ) throws(TimerError) -> TimerHandle {
         if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
         if let name { try TimerRegistry.validate(name: name) }
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
@@ -107,19 +109,20 @@ import Synchronization
             extras?.tolerance = UInt64(tolerance.saturatingNanoseconds)
         }
         let timer = try registry.register(name: name) { id in
-            TimerHandle(id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
-                        extras: extras, target: target, handler: handler)
+            TimerHandle(
+                id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
+                extras: extras, target: target, handler: handler)
         }
         var refusal: TimerError?
         mutex.lock()
         if isShutDown {
             refusal = shutDownErrorLocked()
-        } else if timer.state == .scheduled {   // a registry-wide cancel may have ended it already
+        } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
             do throws(TimerError) { try queueLocked(timer) } catch { refusal = error }
         }
         mutex.unlock()
         if let refusal {
-            timer.cancel()   // also takes it out of the registry
+            timer.cancel()  // also takes it out of the registry
             throw refusal
         }
         return timer
@@ -259,11 +262,11 @@ import Synchronization
             if isShutDown { throw shutDownErrorLocked() }
             guard timer.state == .suspended else { return }
             timer.state = .scheduled
-            if timer.heapIndex >= 0 { deadInHeap -= 1 }   // its dead entry comes back to life
+            if timer.heapIndex >= 0 { deadInHeap -= 1 }  // its dead entry comes back to life
             // A handler that suspends and resumes its own timer is re-queued when it returns.
             guard timer.activeCalls == 0 else { return }
             do throws(TimerError) { try queueLocked(timer) } catch {
-                timer.state = .suspended   // left as it was, so the caller may retry
+                timer.state = .suspended  // left as it was, so the caller may retry
                 throw error
             }
         }
@@ -280,7 +283,7 @@ import Synchronization
             if timer.state == .scheduled {
                 // Inside its own handler too: the fire loop then sees it queued and leaves it be.
                 do throws(TimerError) { try queueLocked(timer) } catch {
-                    timer.state = .suspended   // keeps the new schedule; resume() retries the arm
+                    timer.state = .suspended  // keeps the new schedule; resume() retries the arm
                     throw error
                 }
             } else if timer.heapIndex >= 0 {
@@ -329,7 +332,7 @@ import Synchronization
             mutex.unlock()
             return
         }
-        armedKey = .max   // the wake-up that brought us here is used up
+        armedKey = .max  // the wake-up that brought us here is used up
         if firingDepth == 0 { firingThread = pthread_self() }
         firingDepth += 1
         let now = clock.now().nanoseconds
@@ -346,8 +349,10 @@ import Synchronization
             if timer.state == .scheduled && timer.heapIndex < 0 {
                 if timer.interval == 0 || timer.remaining == 0 {
                     timer.state = .finished
-                    released.append(Released(timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),
-                                             leavesRegistry: true))
+                    released.append(
+                        Released(
+                            timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),
+                            leavesRegistry: true))
                     timer.handler = Self.endedHandler
                 } else {
                     do throws(TimerError) { try queueLocked(timer) } catch {
@@ -392,7 +397,8 @@ import Synchronization
     /// Pops the next due, scheduled timer; dead entries met on the way go to `released`.
     private func popDueLocked(now: UInt64, into released: inout [Released]) -> TimerHandle? {
         while let top = heap.top, top.key < Self.horizonNanoseconds, top.key <= now || top.timer.deadline <= now,
-              let timer = heap.popTop() {
+            let timer = heap.popTop()
+        {
             if timer.state == .scheduled { return timer }
             deadInHeap -= 1
             released.append(Released(timer: timer))
@@ -411,8 +417,9 @@ import Synchronization
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }
         timer.activeCalls += 1
-        let tick = Tick(index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
-                        missed: missed, interval: interval, timer: timer)
+        let tick = Tick(
+            index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
+            missed: missed, interval: interval, timer: timer)
         return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
     }
 

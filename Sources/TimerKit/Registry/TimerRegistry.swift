@@ -47,7 +47,8 @@ public final class TimerRegistry: @unchecked Sendable {
     static let generatedPrefix = "timer#"
 
     static func generatedName(_ id: UInt64) -> String {
-        let slot = id & 0xFFFF_FFFF, generation = id >> 32
+        let slot = id & 0xFFFF_FFFF
+        let generation = id >> 32
         return generation == 0 ? "\(generatedPrefix)\(slot)" : "\(generatedPrefix)\(slot).\(generation)"
     }
 
@@ -56,8 +57,9 @@ public final class TimerRegistry: @unchecked Sendable {
         guard name.hasPrefix(generatedPrefix) else { return nil }
         let parts = name.dropFirst(generatedPrefix.count).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count <= 2,
-              parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isNumber } }),
-              let slot = UInt32(parts[0]) else { return nil }
+            parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+            let slot = UInt32(parts[0])
+        else { return nil }
         let generation = parts.count == 2 ? UInt32(parts[1]) : 0
         guard let generation else { return nil }
         return UInt64(generation) << 32 | UInt64(slot)
@@ -75,7 +77,7 @@ public final class TimerRegistry: @unchecked Sendable {
         defer { withExtendedLifetime(flushed) {} }
         return try mutex.withLock { () throws(TimerError) in
             if let name, idByName[name] != nil {
-                flushed = flushLocked()   // the holder of the name may have just ended
+                flushed = flushLocked()  // the holder of the name may have just ended
                 if idByName[name] != nil { throw .duplicateName(name) }
             }
             let slot: UInt32
@@ -123,7 +125,7 @@ public final class TimerRegistry: @unchecked Sendable {
             let slot = Int(timer.id & 0xFFFF_FFFF)
             if slot < slots.count { touched &+= UInt64(slots[slot].generation) }
         }
-        guard touched != .max else { return [] }   // keeps the pass from being optimised away
+        guard touched != .max else { return [] }  // keeps the pass from being optimised away
         for timer in pendingRemovals {
             let slot = Int(timer.id & 0xFFFF_FFFF)
             // The batch still holds the timer, so clearing the slot never frees it here.

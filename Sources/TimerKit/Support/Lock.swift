@@ -19,7 +19,7 @@ package final class PThreadMutex: @unchecked Sendable {
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
         #if DEBUG
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+            pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
         #endif
         let rc = pthread_mutex_init(raw, &attributes)
         pthread_mutexattr_destroy(&attributes)
@@ -34,9 +34,11 @@ package final class PThreadMutex: @unchecked Sendable {
 
     @inline(__always) package func lock() {
         let rc = pthread_mutex_lock(raw)
-        precondition(rc == 0, rc == EDEADLK
-            ? "TimerKit: a lock was taken again by the thread that holds it (user code ran under a TimerKit lock?)"
-            : "TimerKit: pthread_mutex_lock failed: errno \(rc)")
+        precondition(
+            rc == 0,
+            rc == EDEADLK
+                ? "TimerKit: a lock was taken again by the thread that holds it (user code ran under a TimerKit lock?)"
+                : "TimerKit: pthread_mutex_lock failed: errno \(rc)")
     }
 
     @inline(__always) package func unlock() {

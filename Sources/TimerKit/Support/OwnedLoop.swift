@@ -30,16 +30,19 @@ package final class OwnedLoop: @unchecked Sendable {
     package init(_ body: @escaping @Sendable (OwnedLoop) -> Void, release: @escaping @Sendable () -> Void) throws(TimerError) {
         self.release = release
         // The thread holds the loop until its body has returned.
-        let start = Unmanaged.passRetained(Start { [self] in
-            loopThread.store(UInt(pthread_self()), ordering: .releasing)
-            body(self)
-            if freesOnExit.load(ordering: .acquiring) { self.release() }
-        })
-        let rc = pthread_create(&handle, nil, { argument in
-            guard let argument else { return nil }
-            Unmanaged<Start>.fromOpaque(argument).takeRetainedValue().body()
-            return nil
-        }, start.toOpaque())
+        let start = Unmanaged.passRetained(
+            Start { [self] in
+                loopThread.store(UInt(pthread_self()), ordering: .releasing)
+                body(self)
+                if freesOnExit.load(ordering: .acquiring) { self.release() }
+            })
+        let rc = pthread_create(
+            &handle, nil,
+            { argument in
+                guard let argument else { return nil }
+                Unmanaged<Start>.fromOpaque(argument).takeRetainedValue().body()
+                return nil
+            }, start.toOpaque())
         if rc != 0 {
             start.release()
             throw .systemCall(call: "pthread_create", errno: rc)

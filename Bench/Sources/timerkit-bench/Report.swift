@@ -10,13 +10,15 @@ struct MachineInfo: Codable {
 
     static func current() -> MachineInfo {
         let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
-        let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
+        let model =
+            cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
             .map { $0.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "" } ?? "unknown"
         let kernel = ((try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8)) ?? "unknown")
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        return MachineInfo(hostname: ProcessInfo.processInfo.hostName, cpu: model,
-                           cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel,
-                           date: ISO8601DateFormatter().string(from: Date()))
+        return MachineInfo(
+            hostname: ProcessInfo.processInfo.hostName, cpu: model,
+            cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel,
+            date: ISO8601DateFormatter().string(from: Date()))
     }
 }
 
@@ -50,6 +52,8 @@ struct BenchReport: Encodable {
     func json() throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        // The JSON's keys are snake_case ("lateness_us"), the Swift names camelCase.
+        encoder.keyEncodingStrategy = .convertToSnakeCase
         return String(decoding: try encoder.encode(self), as: UTF8.self)
     }
 
@@ -58,63 +62,89 @@ struct BenchReport: Encodable {
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         if !latency.isEmpty {
             // Read every figure against the floor when it ran, else against the best backend.
-            let reference = latency.first { $0.backend == "floor" } ?? latency.min { $0.lateness_us.p50 < $1.lateness_us.p50 }
+            let reference = latency.first { $0.backend == "floor" } ?? latency.min { $0.latenessUs.p50 < $1.latenessUs.p50 }
             let refName = reference?.backend ?? "best"
-            let refP50 = reference?.lateness_us.p50 ?? 0
+            let refP50 = reference?.latenessUs.p50 ?? 0
             let load = latency.first { $0.load != "none" }?.load ?? "none"
-            out += "\nlatency: lateness of a repeating \(format(latency[0].interval_us)) µs timer, load \(load) (µs; p50 first, compare inside one run)\n"
+            out +=
+                "\nlatency: lateness of a repeating \(format(latency[0].intervalUs)) µs timer, load \(load) (µs; p50 first, compare inside one run)\n"
             if load == "busy-loop" { out += "(the floor has no loop to load: it runs unloaded, as the reference)\n" }
-            out += aligned([["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)", "p50 / \(refName)"]] + latency.map { r in
-                [r.backend, format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99),
-                 format(r.lateness_us.p999), format(r.lateness_us.max), "\(r.fires)", "\(r.missed)",
-                 String(format: "%+.1f", r.lateness_us.p50 - refP50),
-                 refP50 > 0 ? String(format: "%.2fx", r.lateness_us.p50 / refP50) : "-"]
-            })
+            out += aligned(
+                [["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)", "p50 / \(refName)"]]
+                    + latency.map { r in
+                        [
+                            r.backend, format(r.latenessUs.p50), format(r.latenessUs.p90), format(r.latenessUs.p99),
+                            format(r.latenessUs.p999), format(r.latenessUs.max), "\(r.fires)", "\(r.missed)",
+                            String(format: "%+.1f", r.latenessUs.p50 - refP50),
+                            refP50 > 0 ? String(format: "%.2fx", r.latenessUs.p50 / refP50) : "-",
+                        ]
+                    })
         }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if !throughput.isEmpty {
             out += "\nthroughput: schedule then cancel in random order, deadlines 1–60 s\n"
             out += "(ns per operation: median of 1,000-operation batches, mean in brackets)\n"
-            out += aligned([["backend", "timers", "schedule ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]] + throughput.map { r in
-                [r.backend, "\(r.timers)", "\(format(r.schedule_ns)) [\(format(r.schedule_ns_mean))]",
-                 "\(format(r.cancel_ns)) [\(format(r.cancel_ns_mean))]", format(r.bytes_per_timer), format(r.heap_bytes_per_timer)]
-            })
+            out += aligned(
+                [["backend", "timers", "schedule ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]]
+                    + throughput.map { r in
+                        [
+                            r.backend, "\(r.timers)", "\(format(r.scheduleNs)) [\(format(r.scheduleNsMean))]",
+                            "\(format(r.cancelNs)) [\(format(r.cancelNsMean))]", format(r.bytesPerTimer),
+                            format(r.heapBytesPerTimer),
+                        ]
+                    })
         }
         let firstFire = results.compactMap { if case let .firstFire(r) = $0 { r } else { nil } }
         if !firstFire.isEmpty {
             out += "\nfirst-fire: lateness of the only fire of a fresh 1 ms one-shot (µs)\n"
-            out += aligned([["backend", "samples", "p50", "p90", "p99", "max"]] + firstFire.map { r in
-                [r.backend, "\(r.samples)", format(r.lateness_us.p50), format(r.lateness_us.p90), format(r.lateness_us.p99), format(r.lateness_us.max)]
-            })
+            out += aligned(
+                [["backend", "samples", "p50", "p90", "p99", "max"]]
+                    + firstFire.map { r in
+                        [
+                            r.backend, "\(r.samples)", format(r.latenessUs.p50), format(r.latenessUs.p90), format(r.latenessUs.p99),
+                            format(r.latenessUs.max),
+                        ]
+                    })
         }
         let drift = results.compactMap { if case let .drift(r) = $0 { r } else { nil } }
         if !drift.isEmpty {
             out += "\ndrift: lateness p50 of the first and last tenth of a long repeating run (µs; equal = no drift)\n"
-            out += aligned([["backend", "seconds", "first tenth", "last tenth", "grid error"]] + drift.map { r in
-                [r.backend, format(r.seconds), format(r.first_tenth_p50_us), format(r.last_tenth_p50_us), format(r.grid_error_us)]
-            })
+            out += aligned(
+                [["backend", "seconds", "first tenth", "last tenth", "grid error"]]
+                    + drift.map { r in
+                        [r.backend, format(r.seconds), format(r.firstTenthP50Us), format(r.lastTenthP50Us), format(r.gridErrorUs)]
+                    })
         }
         let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
         if !fanout.isEmpty {
             out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, random phases\n"
-            out += aligned([["backend", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs"]] + fanout.map { r in
-                [r.backend, "\(r.fires)", format(r.cpu_ns_per_fire), format(r.lateness_us.p50), format(r.lateness_us.p99)]
-            })
+            out += aligned(
+                [["backend", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs"]]
+                    + fanout.map { r in
+                        [r.backend, "\(r.fires)", format(r.cpuNsPerFire), format(r.latenessUs.p50), format(r.latenessUs.p99)]
+                    })
         }
         let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
         if !idle.isEmpty {
             out += "\nidle: wake-ups while the only timer is an hour away (goal 0 above the no-backend baseline)\n"
-            out += aligned([["backend", "seconds", "wake-ups", "above baseline"]] + idle.map {
-                [$0.backend, format($0.seconds), "\($0.wakeups)", "\($0.wakeups_above_baseline)"]
-            })
+            out += aligned(
+                [["backend", "seconds", "wake-ups", "above baseline"]]
+                    + idle.map {
+                        [$0.backend, format($0.seconds), "\($0.wakeups)", "\($0.wakeupsAboveBaseline)"]
+                    })
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
         if !display.isEmpty {
             out += "\ndisplay: a full-rate DisplayLink vs a bare timerfd at the same period and priority (µs)\n"
-            out += aligned([["rate", "source", "frames", "dropped", "jitter p50", "jitter p99", "late p50", "late p99", "priority"]] + display.map { r in
-                ["\(r.refresh_hz) Hz", r.backend, "\(r.frames)", "\(r.dropped)", format(r.jitter_us.p50), format(r.jitter_us.p99),
-                 format(r.lateness_us.p50), format(r.lateness_us.p99), r.priority]
-            })
+            out += aligned(
+                [["rate", "source", "frames", "dropped", "jitter p50", "jitter p99", "late p50", "late p99", "priority"]]
+                    + display.map { r in
+                        [
+                            "\(r.refreshHz) Hz", r.backend, "\(r.frames)", "\(r.dropped)", format(r.jitterUs.p50),
+                            format(r.jitterUs.p99),
+                            format(r.latenessUs.p50), format(r.latenessUs.p99), r.priority,
+                        ]
+                    })
         }
         return out
     }

@@ -9,18 +9,19 @@ struct LatencyResult: Codable {
     var backend: String
     /// The load during the run: none, busy-loop (work on the backend's own loop), cpu.
     var load: String
-    var interval_us: Double
+    var intervalUs: Double
     var fires: Int
     var missed: Int
-    var lateness_us: Percentiles
+    var latenessUs: Percentiles
     /// The lateness distribution: [percentile, µs] pairs, for CDF charts.
-    var cdf_us: [[Double]]
+    var cdfUs: [[Double]]
 }
 
 /// [percentile, µs] points of a nanosecond histogram, dense where the tail is.
 func cdfPoints(_ histogram: Histogram<UInt64>) -> [[Double]] {
     guard histogram.totalCount > 0 else { return [] }
-    let percentiles: [Double] = [0, 1, 5] + stride(from: 10, through: 90, by: 10).map(Double.init)
+    let percentiles: [Double] =
+        [0, 1, 5] + stride(from: 10, through: 90, by: 10).map(Double.init)
         + [95, 97.5, 99, 99.5, 99.9, 99.95, 99.99, 100]
     return percentiles.map { [$0, Double(histogram.valueAtPercentile($0)) / 1000] }
 }
@@ -70,7 +71,7 @@ final class CPULoad: Sendable {
             done.enter()
             Thread.detachNewThread { [running, done] in
                 var x: UInt64 = 1
-                while running.current { for _ in 0..<10_000 { x = x &* 6364136223846793005 &+ 1 } }
+                while running.current { for _ in 0..<10_000 { x = x &* 6_364_136_223_846_793_005 &+ 1 } }
                 withExtendedLifetime(x) {}
                 done.leave()
             }
@@ -111,7 +112,9 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, l
     progressDone()
     return backends.compactMap { backend in
         guard let state = recorders[backend.name]?.state.current else { return nil }
-        return LatencyResult(backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue, interval_us: interval.microseconds, fires: state.fires,
-                             missed: state.missed, lateness_us: Percentiles(state.histogram), cdf_us: cdfPoints(state.histogram))
+        return LatencyResult(
+            backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue,
+            intervalUs: interval.microseconds, fires: state.fires,
+            missed: state.missed, latenessUs: Percentiles(state.histogram), cdfUs: cdfPoints(state.histogram))
     }
 }

@@ -19,11 +19,14 @@ struct BenchBackend: Sendable {
         return list
     }
 
-    static func backend(_ name: String, realTime: Bool = true, _ make: @escaping @Sendable (TimerRegistry) throws -> any TimerBackend) -> BenchBackend {
+    static func backend(_ name: String, realTime: Bool = true, _ make: @escaping @Sendable (TimerRegistry) throws -> any TimerBackend)
+        -> BenchBackend
+    {
         BenchBackend(name: name, make: make, baselineLatency: nil, realTime: realTime)
     }
 
-    static func baseline(_ name: String, _ latency: @escaping @Sendable (Duration, Double, LatencyRecorder) throws -> Void) -> BenchBackend {
+    static func baseline(_ name: String, _ latency: @escaping @Sendable (Duration, Double, LatencyRecorder) throws -> Void) -> BenchBackend
+    {
         BenchBackend(name: name, make: nil, baselineLatency: latency, realTime: true)
     }
 }

@@ -1,4 +1,4 @@
-import CTimerShims
+import CBenchSystem
 import Dispatch
 import Foundation
 import Glibc
@@ -12,15 +12,15 @@ struct DisplayResult: Codable {
     var scenario = "display"
     /// "display" (a DisplayLink) or "floor" (a bare periodic timerfd at the same priority).
     var backend: String
-    var refresh_hz: Int
+    var refreshHz: Int
     var frames: Int
     var dropped: Int
     /// The priority the vsync (or floor) thread obtained.
     var priority: String
     /// |actual frame interval − period|, µs.
-    var jitter_us: Percentiles
+    var jitterUs: Percentiles
     /// Callback start − vsync deadline, µs.
-    var lateness_us: Percentiles
+    var latenessUs: Percentiles
 }
 
 /// Frame starts, as seen by a callback.
@@ -61,8 +61,8 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             let floorPriority = Locked("")
             let done = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
-                _ = ctk_set_timer_slack(1)
-                floorPriority.withLock { $0 = applyPriority(.realtime(80)).description }
+                let priority = ThreadPriority.realtime(80).applyToCurrentThread(minimalTimerSlack: true)
+                floorPriority.withLock { $0 = priority.description }
                 try? runPeriodicTimerfd(period: period, seconds: slice, onTick: floor.record)
                 done.signal()
             }
@@ -87,8 +87,9 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
         ["floor", "display"].compactMap { kind -> DisplayResult? in
             guard let (recorder, priority) = results["\(kind)@\(rate)"] else { return nil }
             let s = recorder.state.current
-            return DisplayResult(backend: kind, refresh_hz: rate, frames: s.frames, dropped: s.dropped, priority: priority,
-                                 jitter_us: Percentiles(s.jitter), lateness_us: Percentiles(s.lateness))
+            return DisplayResult(
+                backend: kind, refreshHz: rate, frames: s.frames, dropped: s.dropped, priority: priority,
+                jitterUs: Percentiles(s.jitter), latenessUs: Percentiles(s.lateness))
         }
     }
 }

@@ -15,15 +15,18 @@ struct LineChart {
         let (left, right, top, bottom) = (70.0, 160.0, 36.0, 46.0)
         let all = series.flatMap(\.points).filter { (!logX || $0.x > 0) && (!logY || $0.y > 0) }
         guard let minX = all.map(\.x).min(), let maxX = all.map(\.x).max(),
-              let minY = all.map(\.y).min(), let maxY = all.map(\.y).max() else { return "" }
+            let minY = all.map(\.y).min(), let maxY = all.map(\.y).max()
+        else { return "" }
         func tx(_ v: Double) -> Double { logX ? log10(max(v, 1e-9)) : v }
         func ty(_ v: Double) -> Double { logY ? log10(max(v, 1e-9)) : v }
         let (x0, x1) = (tx(minX), max(tx(maxX), tx(minX) + 1e-9))
         let (y0, y1) = (logY ? ty(minY) : min(0, minY), max(ty(maxY), ty(minY) + 1e-9))
-        let plotW = width - left - right, plotH = height - top - bottom
+        let plotW = width - left - right
+        let plotH = height - top - bottom
         func px(_ v: Double) -> Double { left + (tx(v) - x0) / (x1 - x0) * plotW }
         func py(_ v: Double) -> Double { top + plotH - (ty(v) - y0) / (y1 - y0) * plotH }
-        var out = "<svg xmlns='http://www.w3.org/2000/svg' width='\(Int(width))' height='\(Int(height))' font-family='sans-serif' font-size='11'>"
+        var out =
+            "<svg xmlns='http://www.w3.org/2000/svg' width='\(Int(width))' height='\(Int(height))' font-family='sans-serif' font-size='11'>"
         out += "<text x='\(left)' y='20' font-size='14' font-weight='bold'>\(escape(title))</text>"
         out += "<rect x='\(left)' y='\(top)' width='\(plotW)' height='\(plotH)' fill='none' stroke='#999'/>"
         for tick in ticks(x0, x1, log: logX) {
@@ -97,66 +100,84 @@ extension BenchReport {
         body += "Compare backends inside one run; p50 repeats between runs on a noisy machine, p99 does not.</p>"
         body += "<h2>Which backend when</h2><ul>" + summary().map { "<li>\(escape($0))</li>" }.joined() + "</ul>"
         if !latency.isEmpty {
-            let chart = LineChart(title: "Lateness CDF, \(format(latency[0].interval_us)) µs repeating timer",
-                                  xLabel: "lateness (µs, log)", yLabel: "percentile", logX: true,
-                                  series: latency.map { r in (r.backend, r.cdf_us.map { (x: $0[1], y: $0[0]) }) })
+            let chart = LineChart(
+                title: "Lateness CDF, \(format(latency[0].intervalUs)) µs repeating timer",
+                xLabel: "lateness (µs, log)", yLabel: "percentile", logX: true,
+                series: latency.map { r in (r.backend, r.cdfUs.map { (x: $0[1], y: $0[0]) }) })
             body += chart.svg()
         }
         let sizes = Set(throughput.map(\.timers))
         if sizes.count > 1 {
             let names = throughput.map(\.backend).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-            for (label, value) in [("schedule", \ThroughputResult.schedule_ns), ("cancel", \ThroughputResult.cancel_ns)] {
-                let chart = LineChart(title: "\(label) cost vs live timers", xLabel: "timers (log)", yLabel: "ns per \(label) (median, log)",
-                                      logX: true, logY: true,
-                                      series: names.map { name in
-                                          (name, throughput.filter { $0.backend == name }.sorted { $0.timers < $1.timers }
-                                              .map { (x: Double($0.timers), y: $0[keyPath: value]) })
-                                      })
+            for (label, value) in [("schedule", \ThroughputResult.scheduleNs), ("cancel", \ThroughputResult.cancelNs)] {
+                let chart = LineChart(
+                    title: "\(label) cost vs live timers", xLabel: "timers (log)", yLabel: "ns per \(label) (median, log)",
+                    logX: true, logY: true,
+                    series: names.map { name in
+                        (
+                            name,
+                            throughput.filter { $0.backend == name }.sorted { $0.timers < $1.timers }
+                                .map { (x: Double($0.timers), y: $0[keyPath: value]) }
+                        )
+                    })
                 body += chart.svg()
             }
         }
         body += "<h2>All figures</h2><pre>\(escape(table()))</pre>"
         return """
-        <!doctype html><html><head><meta charset="utf-8"><title>TimerKit bench</title>
-        <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}svg{display:block;margin:1em 0}pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}</style>
-        </head><body>\(body)</body></html>
-        """
+            <!doctype html><html><head><meta charset="utf-8"><title>TimerKit bench</title>
+            <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}svg{display:block;margin:1em 0}pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}</style>
+            </head><body>\(body)</body></html>
+            """
     }
 
     /// Plain sentences drawn from the figures of this run.
     func summary() -> [String] {
         var lines: [String] = []
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
-        let floor = latency.first { $0.backend == "floor" }?.lateness_us.p50
-        let backends = latency.filter { $0.backend != "floor" }.sorted { $0.lateness_us.p50 < $1.lateness_us.p50 }
+        let floor = latency.first { $0.backend == "floor" }?.latenessUs.p50
+        let backends = latency.filter { $0.backend != "floor" }.sorted { $0.latenessUs.p50 < $1.latenessUs.p50 }
         if let best = backends.first {
-            var line = "Lowest latency: \(best.backend) (p50 \(format(best.lateness_us.p50)) µs"
-            if let floor { line += ", \(String(format: "%+.1f", best.lateness_us.p50 - floor)) µs from the bare-timerfd floor" }
+            var line = "Lowest latency: \(best.backend) (p50 \(format(best.latenessUs.p50)) µs"
+            if let floor { line += ", \(String(format: "%+.1f", best.latenessUs.p50 - floor)) µs from the bare-timerfd floor" }
             lines.append(line + ").")
             if let worst = backends.last, worst.backend != best.backend {
-                lines.append("Highest latency: \(worst.backend), p50 \(format(worst.lateness_us.p50 - best.lateness_us.p50)) µs behind \(best.backend).")
+                lines.append(
+                    "Highest latency: \(worst.backend), p50 \(format(worst.latenessUs.p50 - best.latenessUs.p50)) µs behind \(best.backend)."
+                )
             }
         }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if let largest = throughput.map(\.timers).max() {
             let atLargest = throughput.filter { $0.timers == largest }
-            if let fastest = atLargest.min(by: { $0.cancel_ns < $1.cancel_ns }) {
-                lines.append("At \(largest) live timers, cancel is cheapest with \(fastest.backend) (\(format(fastest.cancel_ns)) ns); TimerKit backends share one scheduler, so they scale alike.")
+            if let fastest = atLargest.min(by: { $0.cancelNs < $1.cancelNs }) {
+                lines.append(
+                    "At \(largest) live timers, cancel is cheapest with \(fastest.backend) (\(format(fastest.cancelNs)) ns); TimerKit backends share one scheduler, so they scale alike."
+                )
             }
             if let foundation = throughput.filter({ $0.backend == "foundation-raw" }).max(by: { $0.timers < $1.timers }),
-               let runloop = throughput.first(where: { $0.backend == "runloop" && $0.timers == foundation.timers }) {
-                lines.append("At \(foundation.timers) timers, one Foundation Timer per timer costs \(format(foundation.cancel_ns)) ns per cancel (invalidate is O(n)); the RunLoop backend \(format(runloop.cancel_ns)) ns.")
+                let runloop = throughput.first(where: { $0.backend == "runloop" && $0.timers == foundation.timers })
+            {
+                lines.append(
+                    "At \(foundation.timers) timers, one Foundation Timer per timer costs \(format(foundation.cancelNs)) ns per cancel (invalidate is O(n)); the RunLoop backend \(format(runloop.cancelNs)) ns."
+                )
             }
         }
         let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
         if !idle.isEmpty {
-            lines.append("Idle wake-ups above the no-backend baseline (goal 0): " + idle.map { "\($0.backend) \($0.wakeups_above_baseline)" }.joined(separator: ", ") + ".")
+            lines.append(
+                "Idle wake-ups above the no-backend baseline (goal 0): "
+                    + idle.map { "\($0.backend) \($0.wakeupsAboveBaseline)" }.joined(separator: ", ") + ".")
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }.filter { $0.backend == "display" }
         for r in display {
-            lines.append("DisplayLink at \(r.refresh_hz) Hz: \(r.dropped) dropped of \(r.frames) frames, lateness p50 \(format(r.lateness_us.p50)) µs, thread at \(r.priority).")
+            lines.append(
+                "DisplayLink at \(r.refreshHz) Hz: \(r.dropped) dropped of \(r.frames) frames, lateness p50 \(format(r.latenessUs.p50)) µs, thread at \(r.priority)."
+            )
         }
-        lines.append("Choose by the loop your code already runs on: epoll or libevent for the lowest latency and no idle wake-ups, Dispatch for queue-based code, RunLoop for Foundation code and run-loop modes, Manual in tests.")
+        lines.append(
+            "Choose by the loop your code already runs on: epoll or libevent for the lowest latency and no idle wake-ups, Dispatch for queue-based code, RunLoop for Foundation code and run-loop modes, Manual in tests."
+        )
         return lines
     }
 }

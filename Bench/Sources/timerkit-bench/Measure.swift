@@ -1,4 +1,4 @@
-import CTimerShims
+import CBenchSystem
 import Foundation
 import Glibc
 import Histogram
@@ -62,4 +62,19 @@ func progress(_ message: String) {
 func progressDone() {
     guard isatty(2) != 0 else { return }
     FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+}
+
+/// Runs `body` once per backend (baselines have no instance and are skipped) on a fresh
+/// instance with a private registry, shut down afterwards.
+func eachInstance<Result>(
+    of backends: [BenchBackend], scenario: String,
+    _ body: (BenchBackend, any TimerBackend) throws -> Result?
+) throws -> [Result] {
+    try backends.compactMap { backend in
+        guard let make = backend.make else { return nil }
+        progress("\(scenario): \(backend.name)")
+        let instance = try make(TimerRegistry())
+        defer { instance.shutdown() }
+        return try body(backend, instance)
+    }
 }

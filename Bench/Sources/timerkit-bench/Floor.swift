@@ -1,4 +1,4 @@
-import CTimerShims
+import CBenchSystem
 import Glibc
 import TimerKit
 
@@ -11,7 +11,7 @@ func runPeriodicTimerfd(period: UInt64, seconds: Double, onTick: (UInt64, UInt64
     defer { close(fd) }
     let start = MonotonicInstant.now().nanoseconds + period
     let end = start + UInt64(seconds * 1e9)
-    var timer = itimerspec(it_interval: timespecOf(nanoseconds: period), it_value: timespecOf(nanoseconds: start))
+    var timer = itimerspec(it_interval: monotonicTimespec(period), it_value: monotonicTimespec(start))
     guard timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &timer, nil) == 0 else {
         throw TimerError.systemCall(call: "timerfd_settime", errno: errno)
     }
@@ -32,7 +32,7 @@ func runPeriodicTimerfd(period: UInt64, seconds: Double, onTick: (UInt64, UInt64
 /// The `floor` baseline of the latency scenario: every backend's lateness is read against it.
 @Sendable
 func runTimerfdFloor(interval: Duration, seconds: Double, recorder: LatencyRecorder) throws {
-    try runPeriodicTimerfd(period: UInt64(interval.saturatingNanoseconds), seconds: seconds) { scheduled, actual, missed in
+    try runPeriodicTimerfd(period: UInt64(interval.wholeNanoseconds), seconds: seconds) { scheduled, actual, missed in
         recorder.record(scheduled: scheduled, actual: actual, missed: missed)
     }
 }

@@ -20,7 +20,7 @@ let rawBaselines: [RawBaseline] = [
         defer { event_base_free(base) }
         var events = [OpaquePointer?](repeating: nil, count: delays.count)
         let schedule = try timeBatches(delays.count, batch) { i in
-            let ns = delays[i].saturatingNanoseconds
+            let ns = delays[i].wholeNanoseconds
             var timeout = timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
             guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &timeout) == 0 else {
                 throw TimerError.nativeFailure(backend: "libevent", call: "event_new/event_add")
@@ -40,7 +40,7 @@ let rawBaselines: [RawBaseline] = [
         let sources = Locked<[DispatchSourceTimer?]>(Array(repeating: nil, count: delays.count))
         let schedule = try timeBatches(delays.count, batch) { i in
             let source = DispatchSource.makeTimerSource(queue: queue)
-            source.schedule(deadline: .now() + .nanoseconds(Int(delays[i].saturatingNanoseconds)))
+            source.schedule(deadline: .now() + .nanoseconds(Int(delays[i].wholeNanoseconds)))
             source.setEventHandler {}
             source.activate()
             sources.withLock { $0[i] = source }
@@ -56,8 +56,10 @@ let rawBaselines: [RawBaseline] = [
         let loop = RunLoop.current
         var timers: [Timer?] = Array(repeating: nil, count: delays.count)
         let schedule = try timeBatches(delays.count, batch) { i in
-            let timer = Timer(fire: Date(timeIntervalSinceNow: Double(delays[i].saturatingNanoseconds) / 1e9),
-                              interval: 0, repeats: false) { _ in }
+            let timer = Timer(
+                fire: Date(timeIntervalSinceNow: Double(delays[i].wholeNanoseconds) / 1e9),
+                interval: 0, repeats: false
+            ) { _ in }
             loop.add(timer, forMode: .default)
             timers[i] = timer
         }

@@ -37,21 +37,25 @@ struct TimerKitBench: ParsableCommand {
         commandName: "timerkit-bench",
         abstract: "Runs the same timer work on every TimerKit backend and compares them.",
         discussion: """
-        Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
-        (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule and \
-        cancel N timers with random 1–60 s deadlines, with raw native baselines), fanout (10,000 \
-        repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz). \
-        With no scenario, runs them all. Compare backends inside one run: p50 repeats between \
-        runs, p99 does not on a noisy machine.
-        """)
+            Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
+            (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule and \
+            cancel N timers with random 1–60 s deadlines, with raw native baselines), fanout (10,000 \
+            repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz). \
+            With no scenario, runs them all. Compare backends inside one run: p50 repeats between \
+            runs, p99 does not on a noisy machine.
+            """)
 
     @Argument(help: "Scenarios to run: \(Scenario.allCases.map(\.rawValue).joined(separator: ", ")). Default: all.")
     var scenarios: [Scenario] = []
 
-    @Option(name: .customLong("backend"), help: "A backend to include (repeatable). Default: every backend. Known: \(allBackends.map(\.name).joined(separator: ", ")).")
+    @Option(
+        name: .customLong("backend"),
+        help: "A backend to include (repeatable). Default: every backend. Known: \(allBackends.map(\.name).joined(separator: ", ")).")
     var backendNames: [String] = []
 
-    @Option(help: "Timers for the throughput scenario, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
+    @Option(
+        help:
+            "Timers for the throughput scenario, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
     var timers: [Int] = []
 
     @Option(help: "Interval of the latency probe, e.g. 1ms, 250us.")
@@ -63,7 +67,8 @@ struct TimerKitBench: ParsableCommand {
     @Option(help: "Seconds of the drift scenario (all backends at once).")
     var driftSeconds: Double = 30
 
-    @Option(help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
+    @Option(
+        help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
     var load: LoadArgument = LoadArgument(argument: "none")!
 
     @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput.")
@@ -92,14 +97,18 @@ struct TimerKitBench: ParsableCommand {
         guard driftSeconds.isFinite && driftSeconds >= 1 && driftSeconds <= 86_400 else {
             throw ValidationError("--drift-seconds must be in 1...86400 (got \(driftSeconds))")
         }
-        guard seconds.isFinite && seconds > 0 && seconds <= 3600 else { throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))") }
+        guard seconds.isFinite && seconds > 0 && seconds <= 3600 else {
+            throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))")
+        }
     }
 
     func run() throws {
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
-            for baseline in rawBaselines where (quick ? 10_000 : timers.min() ?? 1_000) <= baseline.maxTimers { print("\(baseline.name) throughput") }
+            for baseline in rawBaselines where (quick ? 10_000 : timers.min() ?? 1_000) <= baseline.maxTimers {
+                print("\(baseline.name) throughput")
+            }
             return
         }
         let seconds = quick ? 0.3 : self.seconds
@@ -112,16 +121,21 @@ struct TimerKitBench: ParsableCommand {
             case .latency:
                 let realTime = selected.filter(\.realTime)
                 if !realTime.isEmpty {
-                    results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(BenchResult.latency)
+                    results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(
+                        BenchResult.latency)
                 }
             case .firstFire:
                 results += try runFirstFire(backends: selected.filter(\.realTime), samples: quick ? 20 : 200).map(BenchResult.firstFire)
             case .drift:
-                results += try runDrift(backends: selected.filter(\.realTime), interval: interval.duration,
-                                        seconds: quick ? 0.5 : driftSeconds).map(BenchResult.drift)
+                results += try runDrift(
+                    backends: selected.filter(\.realTime), interval: interval.duration,
+                    seconds: quick ? 0.5 : driftSeconds
+                ).map(BenchResult.drift)
             case .fanout:
-                results += try runFanout(backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
-                                         seconds: quick ? 0.3 : 2).map(BenchResult.fanout)
+                results += try runFanout(
+                    backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
+                    seconds: quick ? 0.3 : 2
+                ).map(BenchResult.fanout)
             case .idle:
                 results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.3 : 3).map(BenchResult.idle)
             case .display:
@@ -134,7 +148,8 @@ struct TimerKitBench: ParsableCommand {
                 if !measurable.isEmpty {
                     // Raw baselines run when every backend is compared (no --backend filter).
                     for size in sizes {
-                        results += try runThroughput(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(BenchResult.throughput)
+                        results += try runThroughput(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(
+                            BenchResult.throughput)
                     }
                 }
             }

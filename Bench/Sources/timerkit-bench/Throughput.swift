@@ -7,17 +7,17 @@ struct ThroughputResult: Codable {
     var backend: String
     var timers: Int
     /// Median over batches of 1,000 operations of the mean ns per schedule.
-    var schedule_ns: Double
+    var scheduleNs: Double
     /// Median over batches of 1,000 operations of the mean ns per cancel.
-    var cancel_ns: Double
+    var cancelNs: Double
     /// Mean ns per schedule over the whole run (includes the rare expensive batches the median skips).
-    var schedule_ns_mean: Double
+    var scheduleNsMean: Double
     /// Mean ns per cancel over the whole run (includes heap compactions).
-    var cancel_ns_mean: Double
+    var cancelNsMean: Double
     /// Resident memory added per live timer (registry, heap and timer all included).
-    var bytes_per_timer: Double
+    var bytesPerTimer: Double
     /// Allocator bytes in use per live timer (mallinfo2), a steadier cross-check of the RSS figure.
-    var heap_bytes_per_timer: Double
+    var heapBytesPerTimer: Double
 }
 
 func mean(_ values: [Double]) -> Double {
@@ -52,15 +52,16 @@ func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool
         let instance = try make(TimerRegistry())
         var handles: [TimerHandle?] = Array(repeating: nil, count: count)
 
-        results.append(try measure(backend.name, count) { atPeak in
-            let schedule = try timeBatches(count, batch) { i in
-                handles[i] = try instance.schedule(.after(delays[i])) { _ in }
-            }
-            atPeak()
-            let cancel = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
-            instance.shutdown()
-            return (schedule, cancel)
-        })
+        results.append(
+            try measure(backend.name, count) { atPeak in
+                let schedule = try timeBatches(count, batch) { i in
+                    handles[i] = try instance.schedule(.after(delays[i])) { _ in }
+                }
+                atPeak()
+                let cancel = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
+                instance.shutdown()
+                return (schedule, cancel)
+            })
         handles = []
     }
     for baseline in rawBaselines where includeRaw && count <= baseline.maxTimers {
@@ -73,22 +74,25 @@ func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool
 
 /// Runs one subject from a trimmed heap, as a fresh process would start: `run` times its
 /// schedules and cancels in batches and calls `atPeak` in between, when memory is read.
-func measure(_ name: String, _ count: Int,
-             _ run: (_ atPeak: () -> Void) throws -> (schedule: [Double], cancel: [Double])) throws -> ThroughputResult {
+func measure(
+    _ name: String, _ count: Int,
+    _ run: (_ atPeak: () -> Void) throws -> (schedule: [Double], cancel: [Double])
+) throws -> ThroughputResult {
     releaseFreeMemory()
     let rssBefore = residentBytes()
     let heapBefore = heapBytesInUse()
-    var rssAfter = rssBefore, heapAfter = heapBefore
+    var rssAfter = rssBefore
+    var heapAfter = heapBefore
     let (schedule, cancel) = try run {
         rssAfter = residentBytes()
         heapAfter = heapBytesInUse()
     }
     return ThroughputResult(
         backend: name, timers: count,
-        schedule_ns: median(schedule), cancel_ns: median(cancel),
-        schedule_ns_mean: mean(schedule), cancel_ns_mean: mean(cancel),
-        bytes_per_timer: Double(rssAfter - rssBefore) / Double(count),
-        heap_bytes_per_timer: Double(heapAfter - heapBefore) / Double(count))
+        scheduleNs: median(schedule), cancelNs: median(cancel),
+        scheduleNsMean: mean(schedule), cancelNsMean: mean(cancel),
+        bytesPerTimer: Double(rssAfter - rssBefore) / Double(count),
+        heapBytesPerTimer: Double(heapAfter - heapBefore) / Double(count))
 }
 
 func nanoseconds(since start: MonotonicInstant) -> Double {

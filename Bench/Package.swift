@@ -1,0 +1,31 @@
+// swift-tools-version: 6.2
+// timerkit-bench: the backend comparison. A package of its own, so that users of TimerKit
+// never resolve what it depends on (argument parsing, histograms, and the peers it measures
+// TimerKit against). It depends on the library by path, under a name that does not depend
+// on the folder the repository is checked out in.
+import PackageDescription
+
+let package = Package(
+    name: "TimerKitBench",
+    dependencies: [
+        .package(name: "TimerKit", path: ".."),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+    ],
+    targets: [
+        .target(name: "CBenchSystem", path: "Sources/CBenchSystem"),
+        .executableTarget(
+            name: "timerkit-bench",
+            dependencies: [
+                .product(name: "TimerKit", package: "TimerKit"),
+                .product(name: "TimerKitEpoll", package: "TimerKit"),
+                .product(name: "TimerKitLibevent", package: "TimerKit"),
+                .product(name: "CLibevent", package: "TimerKit"),
+                "CBenchSystem",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+    ]
+)

@@ -1,0 +1,29 @@
+import CBenchSystem
+import Dispatch
+import Foundation
+import Histogram
+import TimerKit
+
+/// `first-fire`: lateness of the first (only) fire of fresh 1 ms one-shots.
+struct FirstFireResult: Codable {
+    var scenario = "first-fire"
+    var backend: String
+    var samples: Int
+    var latenessUs: Percentiles
+}
+
+func runFirstFire(backends: [BenchBackend], samples: Int) throws -> [FirstFireResult] {
+    try eachInstance(of: backends, scenario: "first-fire") { backend, instance in
+        let recorder = LatencyRecorder()
+        for _ in 0..<samples {
+            let fired = DispatchSemaphore(value: 0)
+            try instance.schedule(.after(.milliseconds(1))) { tick in
+                recorder.record(tick)
+                fired.signal()
+            }
+            _ = fired.wait(timeout: .now() + .seconds(5))
+            pause(0.002)  // the next sample starts from an idle loop
+        }
+        return FirstFireResult(backend: backend.name, samples: samples, latenessUs: Percentiles(recorder.state.current.histogram))
+    }
+}

@@ -1,0 +1,26 @@
+import Foundation
+import Testing
+
+/// Code shown in the documentation that the test suite also runs must not drift from it.
+@Suite("Documentation")
+struct DocumentationTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// The "Writing a backend" article shows `PumpedBackend`, which the conformance suite runs
+    /// as a backend configuration: the article's code block must be that file's code.
+    @Test func theWritingABackendArticleShowsTheTestedExample() throws {
+        let article = try String(
+            contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/WritingABackend.md"), encoding: .utf8)
+        let example = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitTestSupport/PumpedBackend.swift"), encoding: .utf8)
+        let afterHeading = try #require(article.range(of: "## An example")).upperBound
+        let blockStart = try #require(article.range(of: "```swift\n", range: afterHeading..<article.endIndex)).upperBound
+        let blockEnd = try #require(article.range(of: "```", range: blockStart..<article.endIndex)).lowerBound
+        let shown = String(article[blockStart..<blockEnd]).replacingOccurrences(of: "\n\n\n", with: "\n\n")
+        // The file's two-line header comment says why it exists; the article leaves it out.
+        let code = example.split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !$0.hasPrefix("// The example backend") && !$0.hasPrefix("// runs it as one more") }
+            .joined(separator: "\n")
+            .replacingOccurrences(of: "\n\n\n", with: "\n\n")
+        #expect(shown.trimmingCharacters(in: .whitespacesAndNewlines) == code.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}

@@ -72,7 +72,7 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     ///   end the process: it calls `exit(1)` when it cannot make its signal pipe);
     ///   `.nativeFailure` naming the libevent call that failed (e.g. no method is left after
     ///   `avoidMethods`); `.systemCall` if the thread cannot start.
-    public init(options: Options = Options(), registry: TimerRegistry = .shared) throws(TimerError) {
+    public convenience init(options: Options = Options(), registry: TimerRegistry = .shared) throws(TimerError) {
         guard Self.threadsEnabled else { throw .nativeFailure(backend: "libevent", call: "evthread_use_pthreads") }
         guard let config = event_config_new() else { throw .nativeFailure(backend: "libevent", call: "event_config_new") }
         defer { event_config_free(config) }
@@ -87,29 +87,22 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
             }
             return base
         }
-        let scheduler = TimerScheduler(backendName: "libevent", registry: registry)
-        let context = Unmanaged.passRetained(Context(scheduler))
-        guard let event = event_new(base, -1, 0, Self.trampoline, context.toOpaque()) else {
-            context.release()
+        let timer: TimerEvent
+        do throws(TimerError) { timer = try TimerEvent(on: base, backendName: "libevent", registry: registry) } catch {
             event_base_free(base)
-            throw .nativeFailure(backend: "libevent", call: "event_new")
+            throw error
         }
         guard let stopEvent = event_new(base, -1, 0, Self.breakLoop, UnsafeMutableRawPointer(base)) else {
-            event_free(event)
-            context.release()
+            timer.free()
             event_base_free(base)
             throw .nativeFailure(backend: "libevent", call: "event_new")
         }
-        self.scheduler = scheduler
-        self.base = base
-        self.event = event
-        self.context = context
-        self.method = String(cString: event_base_get_method(base))
-        self.isAttached = false
         // libevent's handles are not Sendable; the thread gets their addresses.
-        let (baseAddress, eventAddress, stopAddress) = (UInt(bitPattern: base), UInt(bitPattern: event), UInt(bitPattern: stopEvent))
+        let (baseAddress, stopAddress) = (UInt(bitPattern: base), UInt(bitPattern: stopEvent))
+        let scheduler = timer.scheduler
+        let loop: OwnedLoop
         do throws(TimerError) {
-            let loop = try OwnedLoop(
+            loop = try OwnedLoop(
                 { loop in
                     guard let base = OpaquePointer(bitPattern: baseAddress) else { return }
                     // Runs until the stop event breaks it; an empty base would return at once.
@@ -119,24 +112,19 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
                     }
                 },
                 release: {
-                    guard let base = OpaquePointer(bitPattern: baseAddress),
-                        let event = OpaquePointer(bitPattern: eventAddress),
-                        let stopEvent = OpaquePointer(bitPattern: stopAddress)
+                    guard let base = OpaquePointer(bitPattern: baseAddress), let stopEvent = OpaquePointer(bitPattern: stopAddress)
                     else { return }
-                    event_free(event)
+                    timer.free()
                     event_free(stopEvent)
                     event_base_free(base)
-                    context.release()
                 })
-            owned = (loop, stopEvent)
         } catch {
             event_free(stopEvent)
-            event_free(event)
+            timer.free()
             event_base_free(base)
-            context.release()
             throw error
         }
-        scheduler.attach(self)
+        self.init(base: base, timer: timer, owned: (loop, stopEvent))
     }
 
     /// Adds this backend's event to `base`, a loop the caller runs (a C program or library
@@ -147,22 +135,46 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     /// without it, timers added from other threads do not wake the loop. For on-time 1 ms
     /// timers, make the base with `EVENT_BASE_FLAG_PRECISE_TIMER`. After `shutdown()`, keep
     /// running the loop (or free the base): libevent releases this backend's event there.
-    public init(attachedTo base: OpaquePointer, registry: TimerRegistry = .shared) throws(TimerError) {
+    public convenience init(attachedTo base: OpaquePointer, registry: TimerRegistry = .shared) throws(TimerError) {
         guard Self.threadsEnabled else { throw .nativeFailure(backend: "libevent", call: "evthread_use_pthreads") }
-        let scheduler = TimerScheduler(backendName: "libevent-attached", registry: registry)
-        let context = Unmanaged.passRetained(Context(scheduler))
-        guard let event = event_new(base, -1, 0, Self.trampoline, context.toOpaque()) else {
-            context.release()
-            throw .nativeFailure(backend: "libevent", call: "event_new")
-        }
-        self.scheduler = scheduler
+        self.init(base: base, timer: try TimerEvent(on: base, backendName: "libevent-attached", registry: registry), owned: nil)
+    }
+
+    private init(base: OpaquePointer, timer: TimerEvent, owned: (loop: OwnedLoop, stopEvent: OpaquePointer)?) {
+        self.scheduler = timer.scheduler
         self.base = base
-        self.event = event
-        self.context = context
+        self.event = timer.event
+        self.context = timer.context
         self.method = String(cString: event_base_get_method(base))
-        self.isAttached = true
-        self.owned = nil
+        self.isAttached = owned == nil
+        self.owned = owned
         scheduler.attach(self)
+    }
+
+    /// The scheduler, and the one libevent event that wakes it, with the context libevent
+    /// calls back with (which holds the scheduler until the event can no longer fire).
+    private struct TimerEvent: @unchecked Sendable {
+        // @unchecked: `event` is a libevent handle, used under libevent's own lock (evthread)
+        // or by the thread that frees it once the loop is gone.
+        let scheduler: TimerScheduler
+        let context: Unmanaged<Context>
+        let event: OpaquePointer
+
+        init(on base: OpaquePointer, backendName: String, registry: TimerRegistry) throws(TimerError) {
+            scheduler = TimerScheduler(backendName: backendName, registry: registry)
+            context = Unmanaged.passRetained(Context(scheduler))
+            guard let event = event_new(base, -1, 0, LibeventBackend.trampoline, context.toOpaque()) else {
+                context.release()
+                throw .nativeFailure(backend: "libevent", call: "event_new")
+            }
+            self.event = event
+        }
+
+        /// Frees the event and lets the context go: only once the loop can no longer call it.
+        func free() {
+            event_free(event)
+            context.release()
+        }
     }
 
     deinit { shutdown() }

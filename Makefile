@@ -46,7 +46,7 @@ test: setup lint
 bench-quick: setup
 	$(SWIFT) build $(STRICT) $(BENCH_PKG)
 	Bench/.build/debug/timerkit-bench --quick --json > Bench/.build/bench-quick.json
-	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json
+	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json Bench/.build/debug/timerkit-bench
 
 # An app that depends on TimerKit resolves no other package.
 check-dependencies: setup

@@ -44,4 +44,6 @@ def main(path, bench):
     print(f"bench json: ok ({len(results)} results; latency: {', '.join(sorted(expected['latency']))}; throughput: {', '.join(sorted(expected['throughput']))})")
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ".build/debug/timerkit-bench")
+    if len(sys.argv) != 3:
+        sys.exit("usage: check-bench-json.py REPORT.json PATH/TO/timerkit-bench")
+    main(sys.argv[1], sys.argv[2])

@@ -123,6 +123,28 @@ public final class Harness: Sendable {
         }
     }
 
+    /// Runs `operation` as code under test and returns its result. On real backends it simply
+    /// runs; on Manual it runs as a task on the backend's task executor while virtual time
+    /// advances 1 ms at a time (each step settling the task), up to `timeout` of virtual time.
+    public func drive<T: Sendable>(
+        _ timeout: Duration = .seconds(10), _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        guard let manual else { return try await operation() }
+        let done = Locked(false)
+        let task = Task(executorPreference: manual.taskExecutor) {
+            defer { done.withLock { $0 = true } }
+            return try await operation()
+        }
+        await manual.settle()
+        var waited = Duration.zero
+        while !done.current && waited < timeout {
+            await manual.advance(by: .milliseconds(1))
+            waited += .milliseconds(1)
+        }
+        if !done.current { task.cancel() }
+        return try await task.value
+    }
+
     /// Runs `body` where the code that owns the backend runs: a block on the caller's queue
     /// (Dispatch on a caller's queue), a callback of the caller's loop (attached libevent and
     /// RunLoop), or a thread of its own (backends with a loop of their own, and Manual).

@@ -102,6 +102,29 @@ struct StateMachineTests {
         #expect(log.count == 2)
     }
 
+    /// A timer's last call (a one-shot's, a count's last) finishes it whatever the call did to
+    /// it: a one-shot that suspends itself must not fire a second time when resumed.
+    @Test func aLastCallThatSuspendsItsTimerStillFinishesIt() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let log = TickLog()
+        let oneShot = try clock.schedule(.after(ms(10))) { tick in
+            log.record(tick)
+            try? tick.timer.suspend()
+        }
+        let counted = try clock.schedule(.every(ms(10), count: 2)) { tick in
+            log.record(tick)
+            try? tick.timer.suspend()
+            if tick.index == 0 { try? tick.timer.resume() }
+        }
+        clock.advance(by: ms(100))
+        #expect(oneShot.currentState == .finished)
+        #expect(counted.currentState == .finished)
+        #expect(throws: TimerError.timerEnded(name: oneShot.name, state: .finished)) { try oneShot.resume() }
+        #expect(log.count == 3)
+        #expect(registry.count == 0)
+    }
+
     @Test func rescheduleReplacesTheSchedule() throws {
         let clock = ManualBackend(registry: registry)
         defer { clock.shutdown() }

@@ -1,3 +1,4 @@
+import Dispatch
 import Glibc
 
 /// A point on the CLOCK_MONOTONIC timeline, in nanoseconds.
@@ -50,5 +51,73 @@ public struct MonotonicInstant: Comparable, Hashable, Sendable, CustomStringConv
 
     public var description: String {
         self == .distantFuture ? "distantFuture" : "\(Double(nanoseconds) / 1e9)s"
+    }
+}
+
+extension MonotonicInstant: InstantProtocol {
+    /// `self + duration`, saturating at both ends of the timeline.
+    public func advanced(by duration: Duration) -> MonotonicInstant { self + duration }
+
+    /// The signed distance from `self` to `other`.
+    public func duration(to other: MonotonicInstant) -> Duration { other - self }
+}
+
+// Conversions to the standard clocks. On Linux, `SuspendingClock` reads CLOCK_MONOTONIC, the
+// clock TimerKit uses, so its instants convert exactly; `ContinuousClock` reads CLOCK_BOOTTIME,
+// which runs ahead of CLOCK_MONOTONIC by the time the machine has spent suspended. Both
+// instant types are `@frozen` structs holding one `Duration` since the clock's origin, so
+// their value can be read and made without arithmetic against `now`.
+extension MonotonicInstant {
+    /// The same instant as `instant`: exact (both clocks are CLOCK_MONOTONIC on Linux).
+    public init(_ instant: SuspendingClock.Instant) {
+        self.init(sinceOrigin: unsafeBitCast(instant, to: Duration.self))
+    }
+
+    /// This instant on `SuspendingClock`: exact.
+    public var suspendingClockInstant: SuspendingClock.Instant {
+        unsafeBitCast(sinceOrigin, to: SuspendingClock.Instant.self)
+    }
+
+    /// The instant `instant` stands for on this clock, through the current offset between
+    /// CLOCK_BOOTTIME and CLOCK_MONOTONIC: exact as long as the machine is not suspended
+    /// between the two instants (a server's usual case: the offset is then constant).
+    public init(_ instant: ContinuousClock.Instant) {
+        self.init(sinceOrigin: unsafeBitCast(instant, to: Duration.self) - Self.bootTimeOffset())
+    }
+
+    /// This instant on `ContinuousClock`, through the current offset between the clocks.
+    public var continuousClockInstant: ContinuousClock.Instant {
+        unsafeBitCast(sinceOrigin + Self.bootTimeOffset(), to: ContinuousClock.Instant.self)
+    }
+
+    /// The same instant as `time`: exact (Dispatch's uptime clock is CLOCK_MONOTONIC on Linux).
+    public init(_ time: DispatchTime) {
+        self.init(nanoseconds: time.uptimeNanoseconds)
+    }
+
+    /// This instant as a `DispatchTime`: exact.
+    public var dispatchTime: DispatchTime {
+        self == .distantFuture ? .distantFuture : DispatchTime(uptimeNanoseconds: nanoseconds)
+    }
+
+    private init(sinceOrigin: Duration) {
+        let nanoseconds = sinceOrigin.saturatingNanoseconds
+        self.init(nanoseconds: nanoseconds > 0 ? UInt64(nanoseconds) : 0)
+    }
+
+    private var sinceOrigin: Duration { .nanoseconds(Int64(clamping: nanoseconds)) }
+
+    /// CLOCK_BOOTTIME − CLOCK_MONOTONIC now: the time the machine has spent suspended.
+    private static func bootTimeOffset() -> Duration {
+        func read(_ clock: clockid_t) -> Int64 {
+            var ts = timespec()
+            clock_gettime(clock, &ts)
+            return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+        }
+        // Read the monotonic clock on both sides of the boot-time read and take the middle.
+        let before = read(CLOCK_MONOTONIC)
+        let boot = read(CLOCK_BOOTTIME)
+        let after = read(CLOCK_MONOTONIC)
+        return .nanoseconds(boot - (before + (after - before) / 2))
     }
 }

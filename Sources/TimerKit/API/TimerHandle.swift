@@ -5,6 +5,17 @@ import Glibc
 final class TimerExtras {
     var tolerance: UInt64 = 0
     var observers: [TimerObserver] = []
+    /// Run once the timer has ended and nothing of it runs any more (`whenEnded`).
+    var endWaiters: [@Sendable () -> Void] = []
+    /// The handler starts a task (`scheduleTask`): a repeat is re-queued when the task
+    /// returns (fixed delay), not when the handler does.
+    var runsTasks = false
+    /// Tasks of this timer that have started and not returned.
+    var tasksRunning = 0
+    /// The running task, cancelled when the timer ends.
+    var runningTask: Task<Void, Never>?
+    /// A reschedule while a task ran: its first deadline stands when the task returns.
+    var rescheduledDuringTask = false
 }
 
 /// A scheduled timer: the value every `schedule` call returns.

@@ -8,6 +8,12 @@ import Glibc
 /// try clock.schedule(.every(.seconds(1))) { tick in print(tick.index) }
 /// clock.advance(by: .seconds(3))   // prints 0, 1, 2
 /// ```
+///
+/// It is also a deterministic test clock for `async` code: hand `clock` (a `Clock<Duration>`)
+/// to the code under test, run that code's tasks on `taskExecutor`, and `await
+/// advance(by:)` fires what came due and returns once those tasks have all finished or are
+/// suspended again — no `Task.yield` loops, sleeps or time-outs. See the "Testing with
+/// ManualBackend" article.
 public final class ManualBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: `wakeRequest` and `advancingThread` are guarded by `mutex`; the clock
     // guards itself.
@@ -19,6 +25,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?
     private var wakeFailure: TimerError?
+    private let executor = ManualTaskExecutor()
 
     /// Creates a manual clock starting at `start`, registering timers in `registry`.
     public init(
@@ -26,11 +33,26 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
         registry: TimerRegistry = .shared, name: String = "manual"
     ) {
         clock = VirtualClock(start: start)
-        scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock))
+        scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock), taskExecutor: executor)
         scheduler.attach(self)
     }
 
-    deinit { scheduler.shutdown() }
+    deinit { shutdown() }
+
+    /// The executor for the tasks under test: start them with
+    /// `Task(executorPreference: clock.taskExecutor) { ... }` or inside
+    /// `withTaskExecutorPreference(clock.taskExecutor) { ... }` (their child tasks and
+    /// `Task {}`s inherit it), and `settle()` and `await advance(by:)` wait for them.
+    /// Tasks of `scheduleTask` on this backend run there too. Tasks isolated to an actor (such
+    /// as the main actor) run on that actor instead, and are not waited for.
+    public var taskExecutor: ManualTaskExecutor { executor }
+
+    /// Waits until every task on `taskExecutor` has finished or is suspended (in a sleep on
+    /// this clock, or waiting for anything else); at once if none is running. Virtual time
+    /// does not move. Called from a task on `taskExecutor` it returns at once.
+    public func settle() async {
+        await executor.settle()
+    }
 
     /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
     /// lets tests check that the core re-arms only when the earliest deadline changes.
@@ -46,7 +68,28 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// Moves virtual time forward by `duration`, firing everything that comes due.
     /// A negative duration does nothing; a huge one saturates at the end of time.
     public func advance(by duration: Duration) {
-        advance(to: clock.now + max(duration, .zero))
+        advanceSynchronously(to: clock.now + max(duration, .zero))
+    }
+
+    /// Moves virtual time forward by `duration` like `advance(by:)`, and returns once the
+    /// tasks on `taskExecutor` that the fired timers resumed (sleepers, `ticks` loops,
+    /// `scheduleTask` tasks) have all finished or are suspended again. Timers those tasks
+    /// schedule within the window fire too, each at its own virtual time.
+    public func advance(by duration: Duration) async {
+        await advance(to: clock.now + max(duration, .zero))
+    }
+
+    /// Moves virtual time to `deadline` like `advance(to:)`, then settles as
+    /// `advance(by:)` (async) does.
+    public func advance(to deadline: MonotonicInstant) async {
+        while true {
+            advanceSynchronously(to: deadline)
+            await settle()
+            // The settled tasks may have scheduled timers that are due already (a sleep until
+            // an instant that has passed): fire those too before returning.
+            let next = mutex.withLock { wakeRequest }
+            guard next != .distantFuture, next <= clock.now else { return }
+        }
     }
 
     /// Moves virtual time to `deadline` (never backwards), firing everything that comes due
@@ -62,6 +105,10 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// threads that keep adding such timers keep it busy. Deadlines at or past
     /// `MonotonicInstant.horizon` never come, however far the clock moves.
     public func advance(to deadline: MonotonicInstant) {
+        advanceSynchronously(to: deadline)
+    }
+
+    private func advanceSynchronously(to deadline: MonotonicInstant) {
         let reentrant = mutex.withLock {
             guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
             clock.move(to: deadline)
@@ -93,9 +140,12 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     }
 
     /// Fires whatever is due at the current virtual time without moving it.
-    public func runDue() { advance(by: .zero) }
+    public func runDue() { advanceSynchronously(to: clock.now) }
 
-    public func shutdown() { scheduler.shutdown() }
+    public func shutdown() {
+        scheduler.shutdown()
+        executor.stop()
+    }
 }
 
 @_spi(BackendImplementation) extension ManualBackend: TimerDriver {

@@ -28,6 +28,9 @@ import Synchronization
     public let registry: TimerRegistry
     /// The clock deadlines are read on.
     public let clock: SchedulerClock
+    /// Where tasks started for this scheduler's timers run (`scheduleTask`), if not on the
+    /// global executor: a `ManualBackend`'s, so that tests can wait for them.
+    public let taskExecutor: (any TaskExecutor)?
 
     let mutex = PThreadMutex()
     /// Broadcast when a handler call or a `fireDueTimers` call ends, to `cancelAndWait` and
@@ -58,12 +61,14 @@ import Synchronization
 
     private static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
-    /// Creates a scheduler for the backend named `backendName`, registering into `registry`
-    /// and reading deadlines on `clock`.
-    public init(backendName: String, registry: TimerRegistry, clock: SchedulerClock = .monotonic) {
+    /// Creates a scheduler for the backend named `backendName`, registering into `registry`,
+    /// reading deadlines on `clock`, and starting timers' tasks on `taskExecutor` (nil: the
+    /// global executor).
+    public init(backendName: String, registry: TimerRegistry, clock: SchedulerClock = .monotonic, taskExecutor: (any TaskExecutor)? = nil) {
         self.backendName = backendName
         self.registry = registry
         self.clock = clock
+        self.taskExecutor = taskExecutor
     }
 
     /// Connects the backend's driver. The scheduler holds it weakly (the backend owns the scheduler).
@@ -95,18 +100,23 @@ import Synchronization
 
     // MARK: Scheduling
 
+    /// Registers and queues a timer. `startSuspended` registers it suspended (a `ticks`
+    /// sequence resumes it when its consumer asks); `runsTasks` marks a `scheduleTask` timer.
     func schedule(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
-        target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void
+        target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
+        handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
         if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
         if let name { try TimerRegistry.validate(name: name) }
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
         let resolved = try schedule.resolve(now: clock.now())
         var extras: TimerExtras?
-        if tolerance > .zero {
-            extras = TimerExtras()
-            extras?.tolerance = UInt64(tolerance.saturatingNanoseconds)
+        if tolerance > .zero || runsTasks {
+            let more = TimerExtras()
+            more.tolerance = UInt64(tolerance.saturatingNanoseconds)
+            more.runsTasks = runsTasks
+            extras = more
         }
         let timer = try registry.register(name: name) { id in
             TimerHandle(
@@ -118,7 +128,11 @@ import Synchronization
         if isShutDown {
             refusal = shutDownErrorLocked()
         } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
-            do throws(TimerError) { try queueLocked(timer) } catch { refusal = error }
+            if startSuspended {
+                timer.state = .suspended
+            } else {
+                do throws(TimerError) { try queueLocked(timer) } catch { refusal = error }
+            }
         }
         mutex.unlock()
         if let refusal {
@@ -215,11 +229,92 @@ import Synchronization
         let handler = HandlerLifetime(handler: timer.handler)
         timer.handler = Self.endedHandler
         let observers = dropObserversLocked(timer)
+        let endWaiters = takeEndWaitersLocked(timer)
+        let task = timer.extras?.runningTask
+        timer.extras?.runningTask = nil
         mutex.unlock()
         withExtendedLifetime(handler) {}
         withExtendedLifetime(observers) {}
         withExtendedLifetime(dropped) {}
+        task?.cancel()
         registry.remove(timer)
+        for waiter in endWaiters { waiter() }
+    }
+
+    /// Whether `timer` has ended and nothing of it runs any more: no handler call, no task.
+    private func hasEndedAndIdleLocked(_ timer: TimerHandle) -> Bool {
+        timer.state.hasEnded && timer.activeCalls == 0 && (timer.extras?.tasksRunning ?? 0) == 0
+    }
+
+    /// The `whenEnded` actions of a timer that has ended and gone idle, to run after unlocking.
+    private func takeEndWaitersLocked(_ timer: TimerHandle) -> [@Sendable () -> Void] {
+        guard let extras = timer.extras, !extras.endWaiters.isEmpty, hasEndedAndIdleLocked(timer) else { return [] }
+        defer { extras.endWaiters = [] }
+        return extras.endWaiters
+    }
+
+    /// Runs `action` once `timer` has ended (cancelled, finished, or shut down with its
+    /// backend) and no call of its handler, nor a task it started, is running: at once if that
+    /// is so already. `action` runs outside the lock, on the thread that completed the
+    /// condition; it must be quick (a continuation's resume).
+    func whenEnded(_ timer: TimerHandle, _ action: @escaping @Sendable () -> Void) {
+        mutex.lock()
+        guard !hasEndedAndIdleLocked(timer) else {
+            mutex.unlock()
+            action()
+            return
+        }
+        let extras = timer.extras ?? TimerExtras()
+        extras.endWaiters.append(action)
+        timer.extras = extras
+        mutex.unlock()
+    }
+
+    // MARK: Tasks (scheduleTask)
+
+    /// Called by a task timer's handler, during its call: a task of it is starting.
+    func taskStarted(_ timer: TimerHandle, _ task: Task<Void, Never>) {
+        mutex.lock()
+        let ended = timer.state.hasEnded
+        // A task that has already returned is not kept (`taskReturned` ran first).
+        if !ended, let extras = timer.extras, extras.tasksRunning > 0 { extras.runningTask = task }
+        mutex.unlock()
+        if ended { task.cancel() }
+    }
+
+    /// Called when a task of `timer` has returned: a repeat is queued again a full interval
+    /// later (fixed delay), a one-shot or a finished count ends the timer.
+    func taskReturned(_ timer: TimerHandle) {
+        mutex.lock()
+        guard let extras = timer.extras else {
+            mutex.unlock()
+            return
+        }
+        extras.tasksRunning -= 1
+        extras.runningTask = nil
+        var finishedHandler: HandlerLifetime?
+        var observers: [TimerObserver] = []
+        var failure: TimerError?
+        if isShutDown {
+            // Shutdown has ended it, or is about to.
+        } else if isLastCallOverLocked(timer) && !extras.rescheduledDuringTask {
+            timer.state = .finished
+            finishedHandler = HandlerLifetime(handler: timer.handler)
+            timer.handler = Self.endedHandler
+            observers = dropObserversLocked(timer)
+        } else if timer.state == .scheduled && timer.heapIndex < 0 {
+            if !extras.rescheduledDuringTask { timer.deadline = clock.now().nanoseconds.saturatingAdd(timer.interval) }
+            do throws(TimerError) { try queueLocked(timer) } catch { failure = error }
+        }
+        extras.rescheduledDuringTask = false
+        let endWaiters = takeEndWaitersLocked(timer)
+        let stopped = failure.map { beginShutdownLocked(failure: $0) } ?? []
+        mutex.unlock()
+        withExtendedLifetime(finishedHandler) {}
+        withExtendedLifetime(observers) {}
+        if finishedHandler != nil { registry.remove(timer) }
+        if failure != nil { finishShutdown(stopped) }
+        for waiter in endWaiters { waiter() }
     }
 
     /// An ended timer never fires again: its observers go too (released by the caller after
@@ -263,8 +358,9 @@ import Synchronization
             guard timer.state == .suspended else { return }
             timer.state = .scheduled
             if timer.heapIndex >= 0 { deadInHeap -= 1 }  // its dead entry comes back to life
-            // A handler that suspends and resumes its own timer is re-queued when it returns.
-            guard timer.activeCalls == 0 else { return }
+            // A handler that suspends and resumes its own timer is re-queued when it returns,
+            // and a task timer when its task does.
+            guard timer.activeCalls == 0 && (timer.extras?.tasksRunning ?? 0) == 0 else { return }
             do throws(TimerError) { try queueLocked(timer) } catch {
                 timer.state = .suspended  // left as it was, so the caller may retry
                 throw error
@@ -280,7 +376,14 @@ import Synchronization
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
             timer.remaining = resolved.remaining
-            if timer.state == .scheduled {
+            if let extras = timer.extras, extras.tasksRunning > 0 {
+                // A task of it is running: the new schedule starts when the task returns.
+                extras.rescheduledDuringTask = true
+                if timer.heapIndex >= 0 {
+                    heap.remove(timer)
+                    if timer.state != .scheduled { deadInHeap -= 1 }
+                }
+            } else if timer.state == .scheduled {
                 // Inside its own handler too: the fire loop then sees it queued and leaves it be.
                 do throws(TimerError) { try queueLocked(timer) } catch {
                     timer.state = .suspended  // keeps the new schedule; resume() retries the arm
@@ -321,6 +424,7 @@ import Synchronization
         let timer: TimerHandle
         var handler: (@Sendable (Tick) -> Void)? = nil
         var observers: [TimerObserver] = []
+        var endWaiters: [@Sendable () -> Void] = []
         var leavesRegistry = false
     }
 
@@ -346,24 +450,25 @@ import Synchronization
             let called = perform(consume call)
             mutex.lock()
             endCallLocked(timer, called: called)
-            if timer.state == .scheduled && timer.heapIndex < 0 {
-                if timer.interval == 0 || timer.remaining == 0 {
-                    timer.state = .finished
-                    released.append(
-                        Released(
-                            timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),
-                            leavesRegistry: true))
-                    timer.handler = Self.endedHandler
-                } else {
-                    do throws(TimerError) { try queueLocked(timer) } catch {
-                        failure = error
-                        released.append(Released(timer: timer))
-                        break
-                    }
+            if timer.extras?.runsTasks == true && called {
+                // Its task decides what follows, when it returns (`taskReturned`).
+            } else if isLastCallOverLocked(timer) {
+                timer.state = .finished
+                let observers = dropObserversLocked(timer)
+                released.append(
+                    Released(
+                        timer: timer, handler: timer.handler, observers: observers,
+                        endWaiters: takeEndWaitersLocked(timer), leavesRegistry: true))
+                timer.handler = Self.endedHandler
+            } else if timer.state == .scheduled && timer.heapIndex < 0 {
+                do throws(TimerError) { try queueLocked(timer) } catch {
+                    failure = error
+                    released.append(Released(timer: timer))
+                    break
                 }
             } else if timer.heapIndex < 0 {
                 // Cancelled or suspended while its handler ran: the heap no longer holds it.
-                released.append(Released(timer: timer))
+                released.append(Released(timer: timer, endWaiters: takeEndWaitersLocked(timer)))
             }
         }
         var stopped: [TimerHandle] = []
@@ -382,6 +487,7 @@ import Synchronization
         mutex.unlock()
         guard hasWrapUp else { return }
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
+        for item in released { for waiter in item.endWaiters { waiter() } }
         released.removeAll()
         if failure != nil { finishShutdown(stopped) }
         mutex.lock()
@@ -417,10 +523,18 @@ import Synchronization
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }
         timer.activeCalls += 1
+        if let extras = timer.extras, extras.runsTasks { extras.tasksRunning += 1 }
         let tick = Tick(
             index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
             missed: missed, interval: interval, timer: timer)
         return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
+    }
+
+    /// Whether `timer` has made its last call (a one-shot's, a count's last) and so finishes
+    /// now, whatever that call did to it — suspended it included — unless it rescheduled it
+    /// (which gives it calls again) or ended it.
+    private func isLastCallOverLocked(_ timer: TimerHandle) -> Bool {
+        !timer.state.hasEnded && timer.remaining == 0 && timer.heapIndex < 0
     }
 
     private func endCallLocked(_ timer: TimerHandle, called: Bool) {
@@ -428,6 +542,7 @@ import Synchronization
             // The target was gone, so the handler never ran: the tick does not count.
             timer.fires -= 1
             if timer.remaining >= 0 { timer.remaining += 1 }
+            if let extras = timer.extras, extras.runsTasks { extras.tasksRunning -= 1 }
         }
         timer.activeCalls -= 1
         if waiters > 0 { firingDone.broadcast() }

@@ -1,0 +1,50 @@
+extension TimerBackend {
+    /// Schedules an `async` operation, which may be isolated to an actor:
+    ///
+    /// ```swift
+    /// try backend.scheduleTask(.every(.seconds(1)), name: "status") { @MainActor tick in
+    ///     statusBar.show(await fetchStatus())
+    /// }
+    /// ```
+    ///
+    /// Each tick starts a task running `operation`. Repeats are **fixed-delay**: the next tick
+    /// is due a full interval after the operation returns (as SwiftNIO's
+    /// `scheduleRepeatedAsyncTask`), so two runs never overlap and a slow one delays the rest
+    /// instead of piling them up. A count ends the timer after that many runs.
+    ///
+    /// Cancelling the timer cancels the running task (it sees `Task.isCancelled`) and starts
+    /// no more. `await timer.ended` waits until the timer has ended and its task has returned.
+    /// `shutdown()` does not wait for a running task.
+    ///
+    /// On a `ManualBackend` the tasks run on its `taskExecutor`, so that a test's
+    /// `await advance(by:)` sees them finish.
+    @discardableResult
+    public func scheduleTask(
+        _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
+        operation: @escaping @Sendable @isolated(any) (Tick) async -> Void
+    ) throws(TimerError) -> TimerHandle {
+        let scheduler = self.scheduler
+        return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: .skip, target: nil, runsTasks: true) {
+            tick in
+            let run: @Sendable () async -> Void = {
+                await operation(tick)
+                scheduler.taskReturned(tick.timer)
+            }
+            let task = scheduler.taskExecutor.map { Task(executorPreference: $0, operation: run) } ?? Task(operation: run)
+            scheduler.taskStarted(tick.timer, task)
+        }
+    }
+}
+
+extension TimerHandle {
+    /// Suspends until the timer has ended — cancelled, finished, or shut down with its backend
+    /// — and no call of its handler, nor a task `scheduleTask` started for it, is still running.
+    /// The `async` counterpart of `cancelAndWait()`; it does not cancel the timer itself.
+    public var ended: Void {
+        get async {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                scheduler.whenEnded(self) { continuation.resume() }
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+extension TimerBackend {
+    /// A timer as an `AsyncSequence` of ticks, for `for await` loops.
+    ///
+    /// ```swift
+    /// for await tick in try backend.ticks(.every(.seconds(1)), name: "refresh") {
+    ///     if tick.missed > 0 { log("fell \(tick.missed) ticks behind") }
+    ///     await refresh()
+    /// }
+    /// ```
+    ///
+    /// A slow consumer is a late handler: the timer waits, suspended, while the loop body
+    /// runs, and `missedTicks` decides what the next iteration gets. `.skip` (the default)
+    /// delivers the latest due tick with `Tick/missed` counting the ones passed over — never a
+    /// queue of stale ticks; `.burst` delivers every one, back to back; `.delay` restarts the
+    /// grid from the late tick.
+    ///
+    /// The sequence ends when its timer does: a counted schedule's last tick, a cancel (by
+    /// name through the registry, too), or its backend shutting down. Ending the iteration
+    /// — `break`, the task cancelled, the sequence dropped — cancels the timer, which leaves
+    /// the registry. A sequence is iterated once: a second iterator ends at once.
+    ///
+    /// - Throws: `TimerError` for bad input or a backend that has shut down, as `schedule` does.
+    public func ticks(
+        _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero, missedTicks: MissedTickPolicy = .skip
+    ) throws(TimerError) -> TimerTicks {
+        let stream = TickStream()
+        let timer = try scheduler.schedule(
+            schedule, name: name, tolerance: tolerance, policy: missedTicks, target: nil, startSuspended: true
+        ) { [weak stream] tick in
+            stream?.deliver(tick)
+        }
+        stream.start(timer)
+        return TimerTicks(stream: stream)
+    }
+}
+
+/// The ticks of one timer as an `AsyncSequence`: see `TimerBackend/ticks(_:name:tolerance:missedTicks:)`.
+public struct TimerTicks: AsyncSequence, Sendable {
+    public typealias Element = Tick
+    public typealias Failure = Never
+
+    fileprivate let stream: TickStream
+
+    /// The timer behind the sequence: its registry entry, to cancel or inspect it.
+    public var timer: TimerHandle { stream.timer }
+
+    public func makeAsyncIterator() -> Iterator { Iterator(iteration: stream.claim().map(Iteration.init)) }
+
+    /// Delivers the ticks; releasing it (the loop ended, by `break` or otherwise) cancels the
+    /// timer, even while the sequence itself is still around.
+    public struct Iterator: AsyncIteratorProtocol, Sendable {
+        fileprivate let iteration: Iteration?
+
+        public mutating func next() async -> Tick? {
+            guard let iteration else { return nil }
+            return await iteration.stream.next()
+        }
+
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> Tick? {
+            guard let iteration else { return nil }
+            return await iteration.stream.next()
+        }
+    }
+
+    /// One iteration of the sequence: when its last copy goes, the loop is over.
+    fileprivate final class Iteration: Sendable {
+        let stream: TickStream
+        init(_ stream: TickStream) { self.stream = stream }
+        deinit { stream.timer.cancel() }
+    }
+}
+
+/// The timer of a `TimerTicks` and the one consumer waiting for its next tick.
+///
+/// Between ticks the timer is suspended; `next()` resumes it and waits, and the handler
+/// suspends it again as it hands the tick over. So the core's missed-tick policy sees the
+/// consumer's slowness as the lateness of a handler, and no tick is ever queued.
+private final class TickStream: @unchecked Sendable {
+    // @unchecked: the mutable fields are touched only while holding `mutex`, except `timer`,
+    // set once in `start` before the stream is shared.
+    private let mutex = PThreadMutex()
+    private(set) var timer: TimerHandle!
+    private var waiting: UnsafeContinuation<Tick?, Never>?
+    private var hasEnded = false
+    private var isClaimed = false
+
+    func start(_ timer: TimerHandle) {
+        self.timer = timer
+        timer.scheduler.whenEnded(timer) { [weak self] in self?.timerEnded() }
+    }
+
+    /// The first iterator gets the stream; later ones end at once.
+    func claim() -> TickStream? {
+        mutex.withLock {
+            defer { isClaimed = true }
+            return isClaimed ? nil : self
+        }
+    }
+
+    /// The consumer's next tick, or nil once the timer has ended or the task is cancelled.
+    func next() async -> Tick? {
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Tick?, Never>) in
+                mutex.lock()
+                guard !hasEnded, !Task.isCancelled else {
+                    mutex.unlock()
+                    continuation.resume(returning: nil)
+                    return
+                }
+                waiting = continuation
+                mutex.unlock()
+                // Resume after the continuation is in place: the tick may come at once.
+                do throws(TimerError) { try timer.resume() } catch { finish() }
+            }
+        } onCancel: {
+            timer.cancel()
+        }
+    }
+
+    /// The timer's handler, on the backend's loop: hands the tick to the waiting consumer.
+    func deliver(_ tick: Tick) {
+        try? tick.timer.suspend()  // no further tick until the consumer asks
+        mutex.lock()
+        let continuation = waiting
+        waiting = nil
+        mutex.unlock()
+        continuation?.resume(returning: tick)
+    }
+
+    /// The timer ended (counted out, cancelled, backend shut down): the consumer gets nil.
+    private func timerEnded() { finish() }
+
+    private func finish() {
+        mutex.lock()
+        hasEnded = true
+        let continuation = waiting
+        waiting = nil
+        mutex.unlock()
+        continuation?.resume(returning: nil)
+    }
+
+    deinit { timer?.cancel() }
+}

@@ -1,0 +1,291 @@
+import Foundation
+import Testing
+@_spi(BackendImplementation) import TimerKit
+import TimerKitTestSupport
+
+extension ConformanceTests {
+    /// The Swift Concurrency surface — the `Clock`, `ticks` and `scheduleTask` — on every
+    /// backend configuration.
+    @Suite("Swift Concurrency")
+    struct Concurrency {
+        // MARK: The clock
+
+        @Test(arguments: BackendKind.allCases)
+        func aSleepEndsNoEarlierThanItsDeadline(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let clock = h.backend.clock
+            let (deadline, woke) = try await h.drive {
+                let deadline = clock.now.advanced(by: ms(20))
+                try await clock.sleep(until: deadline)
+                return (deadline, clock.now)
+            }
+            #expect(woke >= deadline)
+            if kind == .manual { #expect(woke == deadline, "virtual time: the sleeper wakes at its deadline exactly") }
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aSleepIsInTheRegistryWhileItWaits(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let clock = h.backend.clock
+            let sleeping = Task(executorPreference: h.manual?.taskExecutor) {
+                try await clock.sleep(for: .seconds(3600), name: "nap")
+            }
+            await h.manual?.settle()
+            #expect(await waitForAsync { h.registry.timer(named: "nap") != nil })
+            #expect(try h.registry.snapshot(named: "nap").nextDeadline != nil)
+            sleeping.cancel()
+            await #expect(throws: CancellationError.self) { try await sleeping.value }
+            #expect(h.registry.timer(named: "nap") == nil, "cancelling the task cancelled the timer")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func cancellingTheTaskEndsTheSleepAtOnce(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let clock = h.backend.clock
+            let sleeping = Task(executorPreference: h.manual?.taskExecutor) { try await clock.sleep(for: .seconds(3600)) }
+            await h.manual?.settle()
+            #expect(await waitForAsync { h.registry.count == 1 })
+            sleeping.cancel()
+            await #expect(throws: CancellationError.self) { try await sleeping.value }
+            #expect(h.registry.count == 0)
+
+            let alreadyCancelled = Task(executorPreference: h.manual?.taskExecutor) {
+                withUnsafeCurrentTask { $0?.cancel() }
+                try await clock.sleep(for: .seconds(1))
+            }
+            await #expect(throws: CancellationError.self) { try await alreadyCancelled.value }
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func sleepingOnAShutDownBackendThrowsItsError(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            h.backend.shutdown()
+            defer { h.shutdown() }
+            await #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) {
+                try await h.backend.clock.sleep(for: .seconds(1))
+            }
+        }
+
+        // MARK: ticks
+
+        @Test(arguments: BackendKind.allCases)
+        func aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ticks = try h.backend.ticks(.every(ms(5), count: 4), name: "four")
+            let seen = try await h.drive {
+                var seen: [Tick] = []
+                for await tick in ticks { seen.append(tick) }
+                return seen
+            }
+            #expect(seen.map(\.index) == [0, 1, 2, 3])
+            for (previous, tick) in zip(seen, seen.dropFirst()) {
+                #expect((tick.scheduled - previous.scheduled).components.attoseconds % 5_000_000_000_000_000 == 0)
+                #expect(tick.scheduled > previous.scheduled)
+            }
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aSlowConsumerIsALateHandler(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ticks = try h.backend.ticks(.every(ms(10)), missedTicks: .skip)
+            let seen = try await h.drive {
+                var seen: [Tick] = []
+                for await tick in ticks {
+                    seen.append(tick)
+                    if tick.index == 0 { try await h.backend.clock.sleep(for: ms(35)) }  // a slow iteration
+                    if seen.count == 3 { break }
+                }
+                return seen
+            }
+            // Not a queue of the ticks that came due meanwhile: the latest, with the rest counted.
+            #expect(seen[1].missed >= 2)
+            #expect(seen[1].scheduled - seen[0].scheduled >= ms(30))
+            if kind == .manual {
+                #expect(seen.map(\.missed) == [0, 2, 0])
+                #expect(seen[1].scheduled - seen[0].scheduled == ms(30))
+            }
+            #expect(await waitForAsync { h.registry.count == 0 }, "breaking out of the loop cancelled the timer")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aBurstingSequenceDeliversEveryMissedTick(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ticks = try h.backend.ticks(.every(ms(10), count: 5), missedTicks: .burst)
+            let seen = try await h.drive {
+                var seen: [Tick] = []
+                for await tick in ticks {
+                    seen.append(tick)
+                    if tick.index == 0 { try await h.backend.clock.sleep(for: ms(35)) }
+                }
+                return seen
+            }
+            #expect(seen.count == 5)
+            for (k, tick) in seen.enumerated() {
+                #expect(tick.scheduled == seen[0].scheduled + ms(10) * k)
+                #expect(tick.missed == 0)
+            }
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let byName = try h.backend.ticks(.every(.seconds(3600)), name: "hourly")
+            let consumer = Task(executorPreference: h.manual?.taskExecutor) {
+                var count = 0
+                for await _ in byName { count += 1 }
+                return count
+            }
+            await h.manual?.settle()
+            try h.registry.cancel(named: "hourly")
+            #expect(await consumer.value == 0)
+
+            let untilShutdown = try h.backend.ticks(.every(.seconds(3600)))
+            let waiting = Task(executorPreference: h.manual?.taskExecutor) {
+                var count = 0
+                for await _ in untilShutdown { count += 1 }
+                return count
+            }
+            await h.manual?.settle()
+            h.backend.shutdown()
+            #expect(await waiting.value == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ticks = try h.backend.ticks(.every(.seconds(3600)), name: "consumed")
+            let consumer = Task(executorPreference: h.manual?.taskExecutor) {
+                for await _ in ticks {}
+            }
+            await h.manual?.settle()
+            consumer.cancel()
+            await consumer.value
+            #expect(await waitForAsync { h.registry.count == 0 })
+            #expect(ticks.timer.currentState == .cancelled)
+
+            var dropped: TimerTicks? = try h.backend.ticks(.every(.seconds(3600)), name: "dropped")
+            #expect(h.registry.count == 1)
+            _ = dropped
+            dropped = nil
+            #expect(h.registry.count == 0, "a sequence dropped without being iterated cancels its timer")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aSequenceIsIteratedOnce(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ticks = try h.backend.ticks(.every(ms(1), count: 2))
+            let first = ticks.makeAsyncIterator()
+            var second = ticks.makeAsyncIterator()
+            #expect(await second.next() == nil, "the first iterator made gets the ticks; later ones end at once")
+            let got = try await h.drive {
+                var iterator = first
+                return await iterator.next()
+            }
+            #expect(got?.index == 0)
+        }
+
+        // MARK: scheduleTask
+
+        @Test(arguments: BackendKind.allCases)
+        func repeatsOfATaskAreFixedDelayAndNeverOverlap(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let runs = Locked<[(start: MonotonicInstant, end: MonotonicInstant)]>([])
+            let inFlight = Locked(0)
+            let overlaps = Counter()
+            let clock = h.backend.clock
+            let timer = try h.backend.scheduleTask(.every(ms(5), count: 3), name: "task") { _ in
+                if inFlight.withLock({
+                    $0 += 1
+                    return $0
+                }) > 1 {
+                    overlaps.increment()
+                }
+                let start = clock.now
+                try? await clock.sleep(for: ms(20))  // a task slower than the interval
+                let end = clock.now
+                runs.withLock { $0.append((start, end)) }
+                inFlight.withLock { $0 -= 1 }
+            }
+            try await h.drive { await timer.ended }
+            let recorded = runs.current
+            #expect(recorded.count == 3)
+            #expect(overlaps.current == 0)
+            for (previous, run) in zip(recorded, recorded.dropFirst()) {
+                #expect(run.start - previous.end >= ms(5), "the next run waits a full interval after the last returned")
+            }
+            #expect(timer.currentState == .finished)
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let started = Counter()
+            let sawCancellation = Locked(false)
+            let returned = Locked(false)
+            let clock = h.backend.clock
+            let timer = try h.backend.scheduleTask(.every(ms(5))) { _ in
+                started.increment()
+                do { try await clock.sleep(for: .seconds(3600)) } catch { sawCancellation.withLock { $0 = Task.isCancelled } }
+                returned.withLock { $0 = true }
+            }
+            try await h.drive { while started.current == 0 { try await clock.sleep(for: ms(1)) } }
+            timer.cancel()
+            try await h.drive { await timer.ended }
+            #expect(returned.current, "ended returned only after the running task did")
+            #expect(sawCancellation.current)
+            #expect(started.current == 1)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func endedReturnsOnceATimerHasEndedAndItsHandlerReturned(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let oneShot = try h.backend.schedule(.after(ms(5))) { _ in }
+            try await h.drive { await oneShot.ended }
+            #expect(oneShot.currentState == .finished)
+            let repeating = try h.backend.schedule(.every(.seconds(3600))) { _ in }
+            repeating.cancel()
+            await repeating.ended  // already over: returns at once
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aTaskMayBeIsolatedToTheMainActor(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ran = Locked(false)
+            let timer = try h.backend.scheduleTask(.after(ms(2))) { @MainActor _ in
+                // The runtime's own check (it traps off the main actor's executor; under
+                // `swift test` on Linux that executor is not the main thread, so
+                // Thread.isMainThread cannot tell).
+                MainActor.assertIsolated()
+                ran.withLock { $0 = true }
+            }
+            try await h.drive { await timer.ended }
+            #expect(ran.current)
+        }
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes, suspending (not blocking) in between.
+func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+    let deadline = MonotonicInstant.now() + timeout
+    while !condition() {
+        if MonotonicInstant.now() > deadline { return false }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return true
+}

@@ -104,6 +104,13 @@ public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body:
     return try body()
 }
 
+/// Runs `body` under a watchdog.
+public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body: () async throws -> R) async rethrows -> R {
+    let watchdog = Watchdog(what, seconds: seconds)
+    defer { watchdog.disarm() }
+    return try await body()
+}
+
 // MARK: /proc readers
 
 /// Voluntary context switches of one thread of this process: how often it went to sleep.

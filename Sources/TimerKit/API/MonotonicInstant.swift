@@ -114,10 +114,17 @@ extension MonotonicInstant {
             clock_gettime(clock, &ts)
             return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
         }
-        // Read the monotonic clock on both sides of the boot-time read and take the middle.
-        let before = read(CLOCK_MONOTONIC)
-        let boot = read(CLOCK_BOOTTIME)
-        let after = read(CLOCK_MONOTONIC)
-        return .nanoseconds(boot - (before + (after - before) / 2))
+        // Read the monotonic clock on both sides of the boot-time read and take the middle,
+        // from the narrowest of a few tries: a thread preempted between two reads would
+        // otherwise put the middle a whole time slice off.
+        var best = (window: Int64.max, offset: Int64(0))
+        for _ in 0..<8 {
+            let before = read(CLOCK_MONOTONIC)
+            let boot = read(CLOCK_BOOTTIME)
+            let after = read(CLOCK_MONOTONIC)
+            if after - before < best.window { best = (after - before, boot - (before + (after - before) / 2)) }
+            if best.window < 1_000 { break }
+        }
+        return .nanoseconds(best.offset)
     }
 }

@@ -15,8 +15,10 @@
 /// Each sleep is a one-shot timer on the backend, registered under a generated name (or the
 /// one given to `sleep(until:tolerance:name:)`) while it waits. It honours `tolerance` (which
 /// `Task.sleep` ignores on Linux). Cancelling the task cancels the timer at once and throws
-/// `CancellationError`; sleeping on a backend that has shut down throws its `TimerError`.
-/// On a `ManualBackend` the clock is virtual: sleepers wake when a test advances it.
+/// `CancellationError`, and so does cancelling the timer itself (by name, through the
+/// registry). Sleeping on a backend that has shut down, or that shuts down during the sleep,
+/// throws its `TimerError`. On a `ManualBackend` the clock is virtual: sleepers wake when a
+/// test advances it.
 public struct TimerClock: Clock {
     /// The backend the sleeps are timers of.
     public let backend: any TimerBackend
@@ -49,6 +51,9 @@ public struct TimerClock: Clock {
                         sleeper.wake()
                     }
                     sleeper.sleeping(on: timer)
+                    // A timer that ends without firing (cancelled by name, its backend shut
+                    // down) must not leave the sleeper waiting forever.
+                    timer.scheduler.whenEnded(timer) { [weak sleeper] in sleeper?.timerEnded(timer.scheduler) }
                 } catch {
                     sleeper.fail(error)
                 }
@@ -103,6 +108,12 @@ private final class Sleeper: @unchecked Sendable {
     func wake() { finish().continuation?.resume() }
 
     func fail(_ error: TimerError) { finish().continuation?.resume(throwing: error) }
+
+    /// The timer ended; if it did not fire, the sleep ends with why.
+    func timerEnded(_ scheduler: TimerScheduler) {
+        guard let continuation = finish().continuation else { return }
+        continuation.resume(throwing: scheduler.shutDownError ?? CancellationError())
+    }
 
     func cancel() {
         let (continuation, timer) = finish(cancelling: true)

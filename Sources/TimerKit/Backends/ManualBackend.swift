@@ -49,7 +49,8 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 
     /// Waits until every task on `taskExecutor` has finished or is suspended (in a sleep on
     /// this clock, or waiting for anything else); at once if none is running. Virtual time
-    /// does not move. Called from a task on `taskExecutor` it returns at once.
+    /// does not move. A test whose own body runs on `taskExecutor` (inside
+    /// `withTaskExecutorPreference`) may call it: it waits for the other tasks.
     public func settle() async {
         await executor.settle()
     }
@@ -71,25 +72,29 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
         advanceSynchronously(to: clock.now + max(duration, .zero))
     }
 
-    /// Moves virtual time forward by `duration` like `advance(by:)`, and returns once the
-    /// tasks on `taskExecutor` that the fired timers resumed (sleepers, `ticks` loops,
-    /// `scheduleTask` tasks) have all finished or are suspended again. Timers those tasks
-    /// schedule within the window fire too, each at its own virtual time.
+    /// Moves virtual time forward by `duration` for code running on `taskExecutor`.
+    ///
+    /// First it settles (the tasks under test get to run until they all wait, so that every
+    /// sleep they are about to start is scheduled); then, deadline by deadline up to the
+    /// target, it moves the clock to the next deadline, fires what is due there, and settles
+    /// again. So a resumed task runs at the virtual time it woke at, and the timers it
+    /// schedules within the window fire too, each at its own time. It returns with the clock
+    /// at the target and every task on `taskExecutor` finished or suspended.
     public func advance(by duration: Duration) async {
         await advance(to: clock.now + max(duration, .zero))
     }
 
-    /// Moves virtual time to `deadline` like `advance(to:)`, then settles as
-    /// `advance(by:)` (async) does.
+    /// Moves virtual time to `deadline` for code running on `taskExecutor`, as the async
+    /// `advance(by:)` does.
     public func advance(to deadline: MonotonicInstant) async {
+        await settle()
         while true {
-            advanceSynchronously(to: deadline)
-            await settle()
-            // The settled tasks may have scheduled timers that are due already (a sleep until
-            // an instant that has passed): fire those too before returning.
             let next = mutex.withLock { wakeRequest }
-            guard next != .distantFuture, next <= clock.now else { return }
+            guard next != .distantFuture, next <= deadline else { break }
+            advanceSynchronously(to: max(next, clock.now))
+            await settle()
         }
+        advanceSynchronously(to: deadline)
     }
 
     /// Moves virtual time to `deadline` (never backwards), firing everything that comes due

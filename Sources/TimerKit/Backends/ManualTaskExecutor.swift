@@ -40,11 +40,12 @@ public final class ManualTaskExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     /// Waits until no job is queued or running: every task on this executor has finished or
-    /// is suspended. Called from one of its own jobs it returns at once (it could never idle).
+    /// is suspended. A task on this executor may call it too: it suspends while it waits, so
+    /// the others run, and it resumes once they are all done or waiting.
     func settle() async {
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             mutex.lock()
-            let idle = (nextJob == queue.count && !isRunning) || loop?.isCurrent == true
+            let idle = nextJob == queue.count && !isRunning
             if !idle { idleWaiters.append(continuation) }
             mutex.unlock()
             if idle { continuation.resume() }

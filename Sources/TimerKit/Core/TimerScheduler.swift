@@ -91,6 +91,9 @@ import Synchronization
     /// Whether the scheduler has shut down (by `shutdown()` or a loop failure).
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
 
+    /// What `schedule` throws now that the scheduler has shut down; nil while it runs.
+    var shutDownError: TimerError? { mutex.withLock { isShutDown ? shutDownErrorLocked() : nil } }
+
     /// `hasShutDown` without the lock, for the registry (which must not take this lock).
     var hasBegunShutdown: Bool { shutDownFlag.load(ordering: .relaxed) }
 

@@ -54,7 +54,7 @@ check-dependencies: setup
 
 # The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder.
 tsan: setup
-	$(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
 
 asan: setup
 	LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan

@@ -11,6 +11,7 @@ let package = Package(
         .package(name: "TimerKit", path: ".."),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+        .package(url: "https://github.com/apple/swift-async-algorithms", from: "1.0.0"),
     ],
     targets: [
         .target(name: "CBenchSystem", path: "Sources/CBenchSystem"),
@@ -24,6 +25,7 @@ let package = Package(
                 "CBenchSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -278,6 +278,99 @@ extension ConformanceTests {
             try await h.drive { await timer.ended }
             #expect(ran.current)
         }
+
+        // MARK: Tasks on the loop (taskExecutor)
+
+        @Test func onManualTheLoopsExecutorIsTheTestExecutor() throws {
+            let h = try BackendKind.manual.makeHarness()
+            defer { h.shutdown() }
+            #expect(h.backend.taskExecutor as? ManualTaskExecutor === h.manual?.taskExecutor)
+        }
+
+        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
+        func aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            // Nothing is scheduled: the first job has to wake an idle loop.
+            let onLoop = try await Task(executorPreference: backend.taskExecutor) {
+                var onLoop = [backend.scheduler.isOnLoop]
+                try await backend.clock.sleep(for: ms(2))
+                onLoop.append(backend.scheduler.isOnLoop)
+                for await tick in try backend.ticks(.every(ms(2), count: 3)) {
+                    onLoop.append(backend.scheduler.isOnLoop && tick.index < 3)
+                }
+                // A job from another thread (this task's own resumption) while a timer an hour
+                // away is armed: the wake-up must not wait for it, nor disarm it.
+                let far = try backend.schedule(.after(.seconds(3600))) { _ in }
+                await withCheckedContinuation { continuation in onBackgroundThread { continuation.resume() } }
+                onLoop.append(backend.scheduler.isOnLoop)
+                far.cancel()
+                return onLoop
+            }.value
+            #expect(onLoop == [true, true, true, true, true, true])
+            // The loop still fires timers after running jobs.
+            let fired = Locked(false)
+            try backend.schedule(.after(ms(5))) { _ in fired.withLock { $0 = true } }
+            #expect(h.waitUntil { fired.current })
+        }
+
+        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
+        func aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            let fires = Locked(0)
+            let timer = try backend.schedule(.every(ms(2), count: 5)) { _ in fires.withLock { $0 += 1 } }
+            let yields = await Task(executorPreference: backend.taskExecutor) {
+                var yields = 0
+                // Ends only if the timer gets to fire in between the yields.
+                while fires.current < 5 {
+                    await Task.yield()
+                    yields += 1
+                }
+                return yields
+            }.value
+            #expect(yields > 0)
+            #expect(timer.currentState == .finished || h.waitUntil { timer.currentState == .finished })
+        }
+
+        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
+        func tasksOnTheLoopCarryOnAfterTheBackendShutsDown(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            let sleeping = Task(executorPreference: backend.taskExecutor) { () -> String in
+                do {
+                    try await backend.clock.sleep(for: .seconds(3600))
+                    return "woke"
+                } catch {
+                    // Resumed by the shutdown; the loop is gone, so this runs elsewhere.
+                    return "\(error) on loop: \(backend.scheduler.isOnLoop)"
+                }
+            }
+            #expect(await waitForAsync { h.registry.count == 1 })
+            backend.shutdown()
+            #expect(await sleeping.value == "\(TimerError.backendShutDown(backend: backend.name)) on loop: false")
+            // A task started after the shutdown runs too.
+            #expect(await Task(executorPreference: backend.taskExecutor) { 42 }.value == 42)
+        }
+
+        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
+        func aTaskOnTheLoopMayShutTheBackendDown(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            let timer = try backend.schedule(.every(ms(1))) { _ in }
+            let after = try await Task(executorPreference: backend.taskExecutor) {
+                try await backend.clock.sleep(for: ms(3))
+                backend.shutdown()  // from the loop: returns at once, no waiting for itself
+                await Task.yield()
+                return backend.scheduler.hasShutDown
+            }.value
+            #expect(after)
+            #expect(timer.currentState == .cancelled)
+        }
     }
 }
 

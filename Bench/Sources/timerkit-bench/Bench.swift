@@ -10,6 +10,7 @@ enum Scenario: String, ExpressibleByArgument, CaseIterable {
     case fanout
     case idle
     case display
+    case async
 }
 
 struct DurationArgument: ExpressibleByArgument {
@@ -40,7 +41,8 @@ struct TimerKitBench: ParsableCommand {
             Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
             (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule and \
             cancel N timers with random 1–60 s deadlines, with raw native baselines), fanout (10,000 \
-            repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz). \
+            repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz), async (a task awaiting each backend's clock and a ticks \
+            loop, against its callbacks, Task.sleep and AsyncTimerSequence). \
             With no scenario, runs them all. Compare backends inside one run: p50 repeats between \
             runs, p99 does not on a noisy machine.
             """)
@@ -143,6 +145,8 @@ struct TimerKitBench: ParsableCommand {
                 if selected.contains(where: { $0.name == "epoll" }) {
                     results += try runDisplay(rates: [60, 120], seconds: seconds).map(BenchResult.display)
                 }
+            case .async:
+                results += try runAsync(backends: selected, interval: interval.duration, seconds: seconds).map(BenchResult.async)
             case .throughput:
                 let measurable = selected.filter { $0.make != nil }
                 if !measurable.isEmpty {

@@ -15,6 +15,7 @@ struct BenchBackend: Sendable {
     var scenarios: [Scenario] {
         var list: [Scenario] = []
         if realTime { list.append(.latency) }
+        if realTime && make != nil { list.append(.async) }
         if make != nil { list.append(.throughput) }
         return list
     }

@@ -31,6 +31,7 @@ enum BenchResult: Encodable {
     case firstFire(FirstFireResult)
     case drift(DriftResult)
     case fanout(FanoutResult)
+    case async(AsyncResult)
 
     func encode(to encoder: any Encoder) throws {
         switch self {
@@ -38,6 +39,7 @@ enum BenchResult: Encodable {
         case let .firstFire(result): try result.encode(to: encoder)
         case let .drift(result): try result.encode(to: encoder)
         case let .fanout(result): try result.encode(to: encoder)
+        case let .async(result): try result.encode(to: encoder)
         case let .display(result): try result.encode(to: encoder)
         case let .latency(result): try result.encode(to: encoder)
         case let .throughput(result): try result.encode(to: encoder)
@@ -143,6 +145,24 @@ struct BenchReport: Encodable {
                             "\(r.refreshHz) Hz", r.backend, "\(r.frames)", "\(r.dropped)", format(r.jitterUs.p50),
                             format(r.jitterUs.p99),
                             format(r.latenessUs.p50), format(r.latenessUs.p99), r.priority,
+                        ]
+                    })
+        }
+        let async = results.compactMap { if case let .async(r) = $0 { r } else { nil } }
+        if !async.isEmpty {
+            out += "\nasync: lateness seen by a task waiting on a \(format(async[0].intervalUs)) µs grid, after it resumed (µs)\n"
+            out += "(executor: the task's, global or the backend's loop; callback p50: the same backend's handler in the same run;\n"
+            out += " Task.sleep and AsyncTimerSequence are the baselines"
+            out += async[0].floorP50Us.map { "; the timerfd floor's p50 was \(format($0))" } ?? ""
+            out += ")\n"
+            out += aligned(
+                [["backend", "mode", "executor", "samples", "p50", "p90", "p99", "max", "callback p50", "p50 − callback"]]
+                    + async.map { r in
+                        [
+                            r.backend, r.mode, r.executor, "\(r.samples)", format(r.latenessUs.p50), format(r.latenessUs.p90),
+                            format(r.latenessUs.p99),
+                            format(r.latenessUs.max), r.callbackP50Us.map(format) ?? "-",
+                            r.callbackP50Us.map { String(format: "%+.1f", r.latenessUs.p50 - $0) } ?? "-",
                         ]
                     })
         }

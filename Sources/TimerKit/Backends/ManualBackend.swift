@@ -41,8 +41,9 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 
     /// The executor for the tasks under test: start them with
     /// `Task(executorPreference: clock.taskExecutor) { ... }` or inside
-    /// `withTaskExecutorPreference(clock.taskExecutor) { ... }` (their child tasks and
-    /// `Task {}`s inherit it), and `settle()` and `await advance(by:)` wait for them.
+    /// `withTaskExecutorPreference(clock.taskExecutor) { ... }` (their structured children,
+    /// `async let` and task groups, inherit it; an unstructured `Task {}` does not), and
+    /// `settle()` and `await advance(by:)` wait for them.
     /// Tasks of `scheduleTask` on this backend run there too. Tasks isolated to an actor (such
     /// as the main actor) run on that actor instead, and are not waited for.
     public var taskExecutor: ManualTaskExecutor { executor }

@@ -58,6 +58,9 @@ import Synchronization
     /// The thread running `fireDueTimers`, valid while `firingDepth > 0`.
     @exclusivity(unchecked) private var firingThread = pthread_t()
     @exclusivity(unchecked) private var waiters = 0
+    /// Jobs of tasks that prefer this scheduler as their executor (`TimerBackend.taskExecutor`),
+    /// waiting to run on the loop after its next batch of handlers.
+    @exclusivity(unchecked) private var jobs: [UnownedJob] = []
 
     private static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
@@ -87,6 +90,10 @@ import Synchronization
     /// wake-up that could not be re-armed from inside the loop). The scheduler then shut
     /// down and `schedule` throws `TimerError.loopFailed` carrying this. Nil otherwise.
     public var failure: TimerError? { mutex.withLock { loopFailure } }
+
+    /// Whether the calling thread is inside this scheduler's `fireDueTimers`: running one of
+    /// its handlers, or a task on its loop (`TimerBackend.taskExecutor`).
+    public var isOnLoop: Bool { mutex.withLock { isFiringThreadLocked } }
 
     /// Whether the scheduler has shut down (by `shutdown()` or a loop failure).
     public var hasShutDown: Bool { mutex.withLock { isShutDown } }
@@ -191,7 +198,8 @@ import Synchronization
         // finds nothing due and re-arms. Cheaper than a re-arm per cancel when timers are
         // cancelled in deadline order (timeouts). Only an empty heap disarms at once, and if
         // that fails the loop wakes once for nothing.
-        if heap.isEmpty, armedKey != .max {
+        // Jobs waiting for the loop keep their wake-up.
+        if heap.isEmpty, armedKey != .max, jobs.isEmpty {
             armedKey = .max
             try? driver?.wake(at: .distantFuture)
         }
@@ -311,7 +319,7 @@ import Synchronization
         }
         extras.rescheduledDuringTask = false
         let endWaiters = takeEndWaitersLocked(timer)
-        let stopped = failure.map { beginShutdownLocked(failure: $0) } ?? []
+        let stopped = failure.map { beginShutdownLocked(failure: $0) } ?? ([], [])
         mutex.unlock()
         withExtendedLifetime(finishedHandler) {}
         withExtendedLifetime(observers) {}
@@ -454,7 +462,11 @@ import Synchronization
             mutex.lock()
             endCallLocked(timer, called: called)
             if timer.extras?.runsTasks == true && called {
-                // Its task decides what follows, when it returns (`taskReturned`).
+                // Its task decides what follows, when it returns (`taskReturned`). If it has
+                // returned already, during this call, the timer may have ended with this call
+                // the last thing running: then `ended` waits no longer.
+                let endWaiters = takeEndWaitersLocked(timer)
+                if !endWaiters.isEmpty { released.append(Released(timer: timer, endWaiters: endWaiters)) }
             } else if isLastCallOverLocked(timer) {
                 timer.state = .finished
                 let observers = dropObserversLocked(timer)
@@ -474,7 +486,7 @@ import Synchronization
                 released.append(Released(timer: timer, endWaiters: takeEndWaitersLocked(timer)))
             }
         }
-        var stopped: [TimerHandle] = []
+        var stopped: (timers: [TimerHandle], jobs: [UnownedJob]) = ([], [])
         if !isShutDown && failure == nil {
             while let top = heap.top, top.timer.state != .scheduled, let timer = heap.popTop() {
                 deadInHeap -= 1
@@ -483,9 +495,13 @@ import Synchronization
             do throws(TimerError) { try rearmLocked() } catch { failure = error }
         }
         if let failure { stopped = beginShutdownLocked(failure: failure) }
+        // Jobs queued so far run after this batch of handlers; the ones they queue, at the
+        // next wake-up, so that a task that keeps yielding cannot hold the timers back.
+        var batch: [UnownedJob] = []
+        if !isShutDown { swap(&batch, &jobs) }
         // Work left for after the lock keeps this call "firing" until it is done, so that
         // `shutdown` does not return while finished timers are still leaving the registry.
-        let hasWrapUp = !released.isEmpty || failure != nil
+        let hasWrapUp = !released.isEmpty || failure != nil || !batch.isEmpty
         if !hasWrapUp { endFiringLocked() }
         mutex.unlock()
         guard hasWrapUp else { return }
@@ -493,9 +509,20 @@ import Synchronization
         for item in released { for waiter in item.endWaiters { waiter() } }
         released.removeAll()
         if failure != nil { finishShutdown(stopped) }
+        if !batch.isEmpty { run(batch) }
         mutex.lock()
         endFiringLocked()
         mutex.unlock()
+    }
+
+    /// Runs `batch` on this thread, then makes sure jobs queued meanwhile get a wake-up.
+    private func run(_ batch: [UnownedJob]) {
+        let executor = asUnownedTaskExecutor()
+        for job in batch { job.runSynchronously(on: executor) }
+        mutex.lock()
+        let stranded = wakeForJobsLocked()
+        mutex.unlock()
+        for job in stranded { globalConcurrentExecutor.enqueue(job) }
     }
 
     private func endFiringLocked() {
@@ -608,22 +635,65 @@ import Synchronization
 
     /// Marks the scheduler shut down and empties the heap; returns the timers it held, to be
     /// cancelled (and released) after unlocking. Empty if it was already shut down.
-    private func beginShutdownLocked(failure: TimerError?) -> [TimerHandle] {
-        guard !isShutDown else { return [] }
+    private func beginShutdownLocked(failure: TimerError?) -> (timers: [TimerHandle], jobs: [UnownedJob]) {
+        guard !isShutDown else { return ([], []) }
         isShutDown = true
         loopFailure = failure
         shutDownFlag.store(true, ordering: .relaxed)
         armedKey = .max
         deadInHeap = 0
-        return heap.removeAll()
+        defer { jobs = [] }
+        return (heap.removeAll(), jobs)
     }
 
-    private func finishShutdown(_ queued: [TimerHandle]) {
+    private func finishShutdown(_ queued: (timers: [TimerHandle], jobs: [UnownedJob])) {
+        // Tasks that preferred the loop carry on without it.
+        for job in queued.jobs { globalConcurrentExecutor.enqueue(job) }
+        let queued = queued.timers
         for timer in queued { timer.cancel() }
         // Suspended timers are not in the heap; the registry knows them.
         for timer in registry.timers(of: self) { timer.cancel() }
         // Ended timers waiting in the registry's removal batch hold this scheduler, which
         // holds the registry: let them go now, or a dropped registry would never be freed.
         registry.applyPendingRemovals()
+    }
+}
+
+// MARK: Tasks on the loop
+
+/// The loop as an executor (`TimerBackend.taskExecutor`): jobs run on the loop's thread after
+/// each batch of handlers, so a task there that awaits a timer of this scheduler resumes
+/// without a thread switch. Jobs that cannot run on the loop (it has shut down, or its
+/// wake-up fails) go to the global executor: a task is never stranded.
+extension TimerScheduler: TaskExecutor {
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        mutex.lock()
+        guard !isShutDown, driver != nil else {
+            mutex.unlock()
+            globalConcurrentExecutor.enqueue(job)
+            return
+        }
+        jobs.append(job)
+        // On the loop inside `fireDueTimers` the job runs before that call returns.
+        let stranded = isFiringThreadLocked ? [] : wakeForJobsLocked()
+        mutex.unlock()
+        for job in stranded { globalConcurrentExecutor.enqueue(job) }
+    }
+
+    /// Arms the driver to wake at once if jobs wait and it is not armed that early already.
+    /// Returns the jobs to hand to the global executor when the driver refuses.
+    private func wakeForJobsLocked() -> [UnownedJob] {
+        guard !jobs.isEmpty, let driver else { return [] }
+        let now = clock.now().nanoseconds
+        guard armedKey > now else { return [] }
+        do throws(TimerError) {
+            try driver.wake(at: MonotonicInstant(nanoseconds: now))
+            armedKey = now
+            return []
+        } catch {
+            defer { jobs = [] }
+            return jobs
+        }
     }
 }

@@ -1,0 +1,29 @@
+import Dispatch
+import Testing
+import TimerKitTestSupport
+
+@_spi(BackendImplementation) @testable import TimerKit
+
+/// `scheduleTask` timers end in one of two places: where their handler call is settled, or
+/// where their task returns, whichever comes last. These tests force the orders a race takes.
+@Suite("Task timers: the orders of a call and its task")
+struct TaskTimerOrderTests {
+    /// The task returns while the handler call that started it is still under way, and a wait
+    /// for the end begins just then: once the call is over, the wait must end (it was lost).
+    @Test func aWaitThatBeginsAfterTheTaskReturnedDuringItsCallStillEnds() throws {
+        try withWatchdog {
+            let manual = ManualBackend()
+            defer { manual.shutdown() }
+            let ended = DispatchSemaphore(value: 0)
+            let timer = try manual.scheduleTask(.after(.milliseconds(1))) { _ in }
+            try timer.addObserver(
+                TimerObserver(didFire: { tick, _ in
+                    // Still inside the call; the task runs on the test executor's own thread.
+                    #expect(waitFor(.seconds(10)) { tick.timer.state == .finished })
+                    manual.scheduler.whenEnded(tick.timer) { ended.signal() }
+                }))
+            manual.advance(by: .milliseconds(1))
+            #expect(ended.wait(timeout: .now() + 10) == .success)
+        }
+    }
+}

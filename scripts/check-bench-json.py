@@ -6,6 +6,10 @@ import json, subprocess, sys
 LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us"}
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "cancel_ns", "bytes_per_timer"}
+ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
+# The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
+ASYNC_VARIANTS = {(mode, executor) for mode in ("sleep", "ticks") for executor in ("global", "loop")}
+ASYNC_PEERS = {("task-sleep", "sleep"), ("async-timer-sequence", "ticks")}
 
 def main(path, bench):
     report = json.load(open(path))
@@ -18,7 +22,8 @@ def main(path, bench):
     for name, scenarios in known:
         for scenario in scenarios.split(","):
             expected.setdefault(scenario, set()).add(name)
-    seen = {"latency": set(), "throughput": set()}
+    seen = {"latency": set(), "throughput": set(), "async": set()}
+    async_variants, async_peers = {}, set()
     for r in results:
         kind = r.get("scenario")
         if kind == "latency":
@@ -29,19 +34,38 @@ def main(path, bench):
             missing = THROUGHPUT - r.keys()
             if r.get("schedule_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
                 problems.append(f"throughput {r.get('backend')}: no timing")
+        elif kind == "async":
+            missing = ASYNC - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
+            if r.get("samples", 0) <= 0:
+                problems.append(f"async {r.get('backend')} {r.get('mode')} {r.get('executor')}: no samples")
+            if (r.get("backend"), r.get("mode")) in ASYNC_PEERS:
+                async_peers.add((r.get("backend"), r.get("mode")))
+            else:
+                if "callback_p50_us" not in r:
+                    missing = missing | {"callback_p50_us"}
+                async_variants.setdefault(r.get("backend"), set()).add((r.get("mode"), r.get("executor")))
+                seen[kind].add(r.get("backend"))
+            if missing:
+                problems.append(f"async {r.get('backend')}: missing keys {sorted(missing)}")
+            continue
         else:
             continue
         if missing:
             problems.append(f"{kind} {r.get('backend')}: missing keys {sorted(missing)}")
         seen[kind].add(r.get("backend"))
-    for scenario in ("latency", "throughput"):
-        if seen[scenario] != expected[scenario]:
-            problems.append(f"{scenario} backends {sorted(seen[scenario])} != expected {sorted(expected[scenario])}")
+    for scenario in ("latency", "throughput", "async"):
+        if seen[scenario] != expected.get(scenario, set()):
+            problems.append(f"{scenario} backends {sorted(seen[scenario])} != expected {sorted(expected.get(scenario, set()))}")
+    for backend, variants in async_variants.items():
+        if variants != ASYNC_VARIANTS:
+            problems.append(f"async {backend}: (mode, executor) rows {sorted(variants)} != {sorted(ASYNC_VARIANTS)}")
+    if expected.get("async") and async_peers != ASYNC_PEERS:
+        problems.append(f"async peers {sorted(async_peers)} != {sorted(ASYNC_PEERS)}")
     for p in problems:
         print("bench json:", p, file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"bench json: ok ({len(results)} results; latency: {', '.join(sorted(expected['latency']))}; throughput: {', '.join(sorted(expected['throughput']))})")
+    print(f"bench json: ok ({len(results)} results; latency: {', '.join(sorted(expected['latency']))}; throughput: {', '.join(sorted(expected['throughput']))}; async: {', '.join(sorted(expected.get('async', set())))} and {len(async_peers)} peers)")
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:

@@ -19,7 +19,7 @@ struct TaskTimerOrderTests {
             try timer.addObserver(
                 TimerObserver(didFire: { tick, _ in
                     // Still inside the call; the task runs on the test executor's own thread.
-                    #expect(waitFor(.seconds(10)) { tick.timer.state == .finished })
+                    #expect(waitFor(.seconds(10)) { tick.timer.currentState == .finished })
                     manual.scheduler.whenEnded(tick.timer) { ended.signal() }
                 }))
             manual.advance(by: .milliseconds(1))

@@ -69,4 +69,28 @@ let benchmarks: @Sendable () -> Void = {
             benchmark.stopMeasurement()
         }
     }
+
+    // A `for await tick in backend.ticks(...)` loop on the loop's own executor: each tick is a
+    // handler call, a hand-over to the waiting task and the task's turn on the loop. Goal: at
+    // most one allocation per tick. Two sizes, as for the fire path above.
+    for ticks in [1_000, 4_000] {
+        Benchmark(
+            "ticks loop, \(ticks) ticks of a 100 µs sequence (epoll, task on the loop)",
+            configuration: .init(metrics: metrics, maxIterations: 30)
+        ) {
+            benchmark in
+            let backend = try EpollBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let sequence = try backend.ticks(.every(.microseconds(100)))
+            await withTaskExecutorPreference(backend.taskExecutor) {
+                var received = 0
+                for await _ in sequence {
+                    received += 1
+                    if received == 100 { benchmark.startMeasurement() }  // steady state
+                    if received == 100 + ticks { break }
+                }
+                benchmark.stopMeasurement()
+            }
+        }
+    }
 }

@@ -61,6 +61,11 @@ import Synchronization
     /// Jobs of tasks that prefer this scheduler as their executor (`TimerBackend.taskExecutor`),
     /// waiting to run on the loop after its next batch of handlers.
     @exclusivity(unchecked) private var jobs: [UnownedJob] = []
+    /// Empty buffers the fire loop reuses, so that a fire allocates nothing in steady state:
+    /// a batch of jobs (it swaps places with `jobs`) and a list of timers to let go of. Taken
+    /// under the lock by the outermost `fireDueTimers` and put back, empty, under the lock.
+    @exclusivity(unchecked) private var spareJobs: [UnownedJob] = []
+    @exclusivity(unchecked) private var spareReleased: [Released] = []
 
     private static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
@@ -452,6 +457,7 @@ import Synchronization
         firingDepth += 1
         let now = clock.now().nanoseconds
         var released: [Released] = []
+        swap(&released, &spareReleased)
         var failure: TimerError?
         while !isShutDown, let timer = popDueLocked(now: now, into: &released) {
             let call = beginCallLocked(timer)
@@ -498,29 +504,35 @@ import Synchronization
         // Jobs queued so far run after this batch of handlers; the ones they queue, at the
         // next wake-up, so that a task that keeps yielding cannot hold the timers back.
         var batch: [UnownedJob] = []
-        if !isShutDown { swap(&batch, &jobs) }
+        if !isShutDown && !jobs.isEmpty {
+            swap(&batch, &spareJobs)
+            swap(&batch, &jobs)
+        }
         // Work left for after the lock keeps this call "firing" until it is done, so that
         // `shutdown` does not return while finished timers are still leaving the registry.
         let hasWrapUp = !released.isEmpty || failure != nil || !batch.isEmpty
-        if !hasWrapUp { endFiringLocked() }
+        if !hasWrapUp {
+            swap(&released, &spareReleased)  // empty: nothing is released here
+            endFiringLocked()
+        }
         mutex.unlock()
         guard hasWrapUp else { return }
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
         for item in released { for waiter in item.endWaiters { waiter() } }
-        released.removeAll()
+        released.removeAll(keepingCapacity: true)
         if failure != nil { finishShutdown(stopped) }
-        if !batch.isEmpty { run(batch) }
+        var stranded: [UnownedJob] = []
+        if !batch.isEmpty {
+            let executor = asUnownedTaskExecutor()
+            for job in batch { job.runSynchronously(on: executor) }
+            batch.removeAll(keepingCapacity: true)
+        }
         mutex.lock()
+        if spareReleased.capacity < released.capacity { swap(&released, &spareReleased) }
+        if spareJobs.capacity < batch.capacity { swap(&batch, &spareJobs) }
+        // Jobs queued while the batch ran (a task's next step) need a wake-up of their own.
+        stranded = wakeForJobsLocked()
         endFiringLocked()
-        mutex.unlock()
-    }
-
-    /// Runs `batch` on this thread, then makes sure jobs queued meanwhile get a wake-up.
-    private func run(_ batch: [UnownedJob]) {
-        let executor = asUnownedTaskExecutor()
-        for job in batch { job.runSynchronously(on: executor) }
-        mutex.lock()
-        let stranded = wakeForJobsLocked()
         mutex.unlock()
         for job in stranded { globalConcurrentExecutor.enqueue(job) }
     }

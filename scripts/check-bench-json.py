@@ -6,6 +6,7 @@ import json, subprocess, sys
 LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us"}
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "cancel_ns", "bytes_per_timer"}
+FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us"}
 ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
 # The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
 ASYNC_VARIANTS = {(mode, executor) for mode in ("sleep", "ticks") for executor in ("global", "loop")}
@@ -22,7 +23,7 @@ def main(path, bench):
     for name, scenarios in known:
         for scenario in scenarios.split(","):
             expected.setdefault(scenario, set()).add(name)
-    seen = {"latency": set(), "throughput": set(), "async": set()}
+    seen = {"latency": set(), "throughput": set(), "async": set(), "fanout": set()}
     async_variants, async_peers = {}, set()
     for r in results:
         kind = r.get("scenario")
@@ -34,6 +35,10 @@ def main(path, bench):
             missing = THROUGHPUT - r.keys()
             if r.get("schedule_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
                 problems.append(f"throughput {r.get('backend')}: no timing")
+        elif kind == "fanout":
+            missing = FANOUT - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
+            if r.get("fires", 0) <= 0 or r.get("cpu_ns_per_fire", 0) <= 0:
+                problems.append(f"fanout {r.get('backend')}: no fires or no CPU time")
         elif kind == "async":
             missing = ASYNC - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
             if r.get("samples", 0) <= 0:
@@ -53,7 +58,7 @@ def main(path, bench):
         if missing:
             problems.append(f"{kind} {r.get('backend')}: missing keys {sorted(missing)}")
         seen[kind].add(r.get("backend"))
-    for scenario in ("latency", "throughput", "async"):
+    for scenario in ("latency", "throughput", "async", "fanout"):
         if seen[scenario] != expected.get(scenario, set()):
             problems.append(f"{scenario} backends {sorted(seen[scenario])} != expected {sorted(expected.get(scenario, set()))}")
     for backend, variants in async_variants.items():

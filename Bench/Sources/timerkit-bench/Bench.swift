@@ -73,7 +73,10 @@ struct TimerKitBench: ParsableCommand {
         help: "Load during latency: none, busy-loop (0.8 ms of work every 1 ms on each backend's loop), cpu (a spinning thread per core).")
     var load: LoadArgument = LoadArgument(argument: "none")!
 
-    @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput.")
+    @Option(help: "Tolerance of each fan-out timer, e.g. 1ms (default 0: every timer wakes the loop on its own).")
+    var tolerance: String = "0"
+
+    @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput and fan-out.")
     var noRaw = false
 
     @Option(help: "Also write a self-contained HTML report with charts to this file.")
@@ -102,14 +105,19 @@ struct TimerKitBench: ParsableCommand {
         guard seconds.isFinite && seconds > 0 && seconds <= 3600 else {
             throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))")
         }
+        guard fanoutTolerance != nil else {
+            throw ValidationError("--tolerance must be 0 or a duration such as 500us or 1ms (got '\(tolerance)')")
+        }
     }
+
+    private var fanoutTolerance: Duration? { tolerance == "0" ? .zero : parseDuration(tolerance) }
 
     func run() throws {
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
             for baseline in rawBaselines where (quick ? 10_000 : timers.min() ?? 1_000) <= baseline.maxTimers {
-                print("\(baseline.name) throughput")
+                print("\(baseline.name) \(rawFanoutBaselines.contains(baseline.name) ? "throughput,fanout" : "throughput")")
             }
             return
         }
@@ -136,7 +144,7 @@ struct TimerKitBench: ParsableCommand {
             case .fanout:
                 results += try runFanout(
                     backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
-                    seconds: quick ? 0.3 : 2
+                    seconds: quick ? 0.3 : 2, tolerance: fanoutTolerance ?? .zero, includeRaw: !noRaw && backendNames.isEmpty
                 ).map(BenchResult.fanout)
             case .idle:
                 results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.3 : 3).map(BenchResult.idle)

@@ -9,13 +9,16 @@ struct BenchBackend: Sendable {
     let make: (@Sendable (TimerRegistry) throws -> any TimerBackend)?
     /// A baseline's own latency loop: (interval, seconds, recorder).
     let baselineLatency: (@Sendable (Duration, Double, LatencyRecorder) throws -> Void)?
+    /// A baseline's own first-fire loop: (samples, recorder).
+    var baselineFirstFire: (@Sendable (Int, LatencyRecorder) throws -> Void)? = nil
     /// Virtual-time backends have no real latency.
     let realTime: Bool
 
     var scenarios: [Scenario] {
         var list: [Scenario] = []
         if realTime { list.append(.latency) }
-        if realTime && make != nil { list.append(.async) }
+        if baselineFirstFire != nil { list.append(.firstFire) }
+        if realTime && make != nil { list += [.fanout, .async] }
         if make != nil { list.append(.throughput) }
         return list
     }
@@ -26,9 +29,11 @@ struct BenchBackend: Sendable {
         BenchBackend(name: name, make: make, baselineLatency: nil, realTime: realTime)
     }
 
-    static func baseline(_ name: String, _ latency: @escaping @Sendable (Duration, Double, LatencyRecorder) throws -> Void) -> BenchBackend
-    {
-        BenchBackend(name: name, make: nil, baselineLatency: latency, realTime: true)
+    static func baseline(
+        _ name: String, firstFire: (@Sendable (Int, LatencyRecorder) throws -> Void)? = nil,
+        _ latency: @escaping @Sendable (Duration, Double, LatencyRecorder) throws -> Void
+    ) -> BenchBackend {
+        BenchBackend(name: name, make: nil, baselineLatency: latency, baselineFirstFire: firstFire, realTime: true)
     }
 }
 
@@ -40,4 +45,6 @@ let allBackends: [BenchBackend] = [
     .backend("dispatch") { DispatchBackend(registry: $0) },
     .backend("runloop") { try RunLoopBackend(registry: $0) },
     .backend("manual", realTime: false) { ManualBackend(registry: $0) },
+    // SwiftNIO's own timers, no TimerKit: a peer, not a backend (also in throughput and fan-out).
+    .baseline(NIOPeer.name, firstFire: NIOPeer.firstFire, NIOPeer.latency),
 ]

@@ -1,4 +1,5 @@
 import CBenchSystem
+import CLibevent
 import Dispatch
 import Foundation
 import Histogram
@@ -9,10 +10,14 @@ struct FanoutResult: Codable {
     var scenario = "fanout"
     var backend: String
     var timers: Int
+    /// The tolerance each timer was given (0 for libevent-raw, which has none).
+    var toleranceUs: Double
     var fires: Int
     /// Process CPU time (user + system) per handler call, ns.
     var cpuNsPerFire: Double
     var latenessUs: Percentiles
+    /// The latest fire beyond what its tolerance allows (≤ 0: every fire was within it).
+    var maxLatenessOverToleranceUs: Double
 }
 
 func processCPUNanoseconds() -> UInt64 {
@@ -22,26 +27,122 @@ func processCPUNanoseconds() -> UInt64 {
     return ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
-func runFanout(backends: [BenchBackend], timers: Int, seconds: Double) throws -> [FanoutResult] {
-    try eachInstance(of: backends, scenario: "fanout") { backend, instance in
+private let fanoutPeriod: Int64 = 100_000_000
+
+/// The raw baselines that also run the fan-out (with no --backend filter and no --no-raw).
+let rawFanoutBaselines: Set<String> = ["libevent-raw", NIOPeer.name]
+
+func runFanout(backends: [BenchBackend], timers: Int, seconds: Double, tolerance: Duration, includeRaw: Bool) throws -> [FanoutResult] {
+    var results = try eachInstance(of: backends, scenario: "fanout") { backend, instance in
         let recorder = LatencyRecorder()
         let now = instance.now()
-        let period: Int64 = 100_000_000
         for _ in 0..<timers {
-            let phase = Duration.nanoseconds(Int64.random(in: 0..<period))
-            try instance.schedule(.every(.nanoseconds(period), startingAt: now + .milliseconds(50) + phase), handler: recorder.record)
+            let phase = Duration.nanoseconds(Int64.random(in: 0..<fanoutPeriod))
+            try instance.schedule(
+                .every(.nanoseconds(fanoutPeriod), startingAt: now + .milliseconds(50) + phase), tolerance: tolerance,
+                handler: recorder.record)
         }
-        pause(0.2)
-        let cpuBefore = processCPUNanoseconds()
-        let firesBefore = recorder.state.current.fires
-        pause(seconds)
-        let cpu = processCPUNanoseconds() - cpuBefore
-        instance.shutdown()
-        let state = recorder.state.current
-        let fires = state.fires - firesBefore
-        return FanoutResult(
-            backend: backend.name, timers: timers, fires: fires,
-            cpuNsPerFire: fires > 0 ? Double(cpu) / Double(fires) : 0,
-            latenessUs: Percentiles(state.histogram))
+        return measureFanout(backend: backend.name, timers: timers, tolerance: tolerance, seconds: seconds, recorder: recorder) {
+            instance.shutdown()
+        }
     }
+    if includeRaw {
+        progress("fanout: libevent-raw")
+        results.append(try runRawLibeventFanout(timers: timers, seconds: seconds))
+        progress("fanout: \(NIOPeer.name)")
+        results.append(try NIOPeer.fanout(timers: timers, period: fanoutPeriod, seconds: seconds))
+    }
+    progressDone()
+    return results
+}
+
+/// Lets the timers settle, then counts the process's CPU time over `seconds` of fires.
+func measureFanout(
+    backend: String, timers: Int, tolerance: Duration, seconds: Double, recorder: LatencyRecorder, stop: () -> Void
+) -> FanoutResult {
+    pause(0.2)
+    let cpuBefore = processCPUNanoseconds()
+    let firesBefore = recorder.state.current.fires
+    pause(seconds)
+    let cpu = processCPUNanoseconds() - cpuBefore
+    stop()
+    let state = recorder.state.current
+    let fires = state.fires - firesBefore
+    let lateness = Percentiles(state.histogram)
+    return FanoutResult(
+        backend: backend, timers: timers, toleranceUs: tolerance.microseconds, fires: fires,
+        cpuNsPerFire: fires > 0 ? Double(cpu) / Double(fires) : 0, latenessUs: lateness,
+        maxLatenessOverToleranceUs: lateness.max - tolerance.microseconds)
+}
+
+/// One timer of the libevent-raw fan-out: what a C program keeps per timer.
+private final class RawFanoutTimer {
+    var deadline: UInt64
+    let recorder: LatencyRecorder
+    var event: OpaquePointer?
+
+    init(deadline: UInt64, recorder: LatencyRecorder) {
+        self.deadline = deadline
+        self.recorder = recorder
+    }
+}
+
+/// The fan-out as a libevent program without TimerKit writes it: one event per timer, each
+/// re-added from its callback for its next deadline on the grid (a persistent event would
+/// drift by its callbacks' lateness). The base reads the precise clock, as TimerKit's does.
+private func runRawLibeventFanout(timers: Int, seconds: Double) throws -> FanoutResult {
+    evthread_use_pthreads()
+    guard let config = event_config_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_config_new") }
+    event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue))
+    let made = event_base_new_with_config(config)
+    event_config_free(config)
+    guard let base = made else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new_with_config") }
+    defer { event_base_free(base) }
+    let recorder = LatencyRecorder()
+    let start = MonotonicInstant.now().nanoseconds + 50_000_000
+    let entries = (0..<timers).map { _ in
+        RawFanoutTimer(deadline: start + UInt64.random(in: 0..<UInt64(fanoutPeriod)), recorder: recorder)
+    }
+    defer { for entry in entries { entry.event.map { event_free($0) } } }
+    let callback: event_callback_fn = { _, _, argument in
+        guard let argument else { return }
+        let timer = Unmanaged<RawFanoutTimer>.fromOpaque(argument).takeUnretainedValue()
+        let now = MonotonicInstant.now().nanoseconds
+        timer.recorder.record(scheduled: timer.deadline, actual: now, missed: 0)
+        repeat { timer.deadline += UInt64(fanoutPeriod) } while timer.deadline <= now
+        // libevent adds relative timeouts to the time it cached before this batch of callbacks.
+        event_base_update_cache_time(event_get_base(timer.event))
+        addRawTimeout(timer, after: timer.deadline - MonotonicInstant.now().nanoseconds)
+    }
+    for entry in entries {
+        guard let event = event_new(base, -1, 0, callback, Unmanaged.passUnretained(entry).toOpaque()) else {
+            throw TimerError.nativeFailure(backend: "libevent", call: "event_new")
+        }
+        entry.event = event
+        addRawTimeout(entry, after: entry.deadline - MonotonicInstant.now().nanoseconds)
+    }
+    let loopEnded = DispatchSemaphore(value: 0)
+    let loopBase = UncheckedBase(base: base)
+    Thread.detachNewThread {
+        event_base_loop(loopBase.base, EVLOOP_NO_EXIT_ON_EMPTY)
+        loopEnded.signal()
+    }
+    let result = measureFanout(backend: "libevent-raw", timers: timers, tolerance: .zero, seconds: seconds, recorder: recorder) {
+        event_base_loopbreak(base)
+        loopEnded.wait()
+    }
+    withExtendedLifetime(entries) {}
+    return result
+}
+
+/// Adds `timer`'s event to fire `nanoseconds` from now.
+private func addRawTimeout(_ timer: RawFanoutTimer, after nanoseconds: UInt64) {
+    var timeout = timeval(tv_sec: Int(nanoseconds / 1_000_000_000), tv_usec: Int(nanoseconds % 1_000_000_000 / 1000))
+    event_add(timer.event, &timeout)
+}
+
+/// An `event_base` handed to the thread that runs its loop.
+private struct UncheckedBase: @unchecked Sendable {
+    // @unchecked: libevent's own locks (evthread_use_pthreads) guard the base across threads.
+    let base: OpaquePointer
 }

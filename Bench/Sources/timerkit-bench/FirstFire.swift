@@ -13,6 +13,19 @@ struct FirstFireResult: Codable {
 }
 
 func runFirstFire(backends: [BenchBackend], samples: Int) throws -> [FirstFireResult] {
+    var results = try runFirstFireOnTimerKit(backends: backends, samples: samples)
+    for backend in backends {
+        guard let baseline = backend.baselineFirstFire else { continue }
+        progress("first-fire: \(backend.name)")
+        let recorder = LatencyRecorder()
+        try baseline(samples, recorder)
+        results.append(FirstFireResult(backend: backend.name, samples: samples, latenessUs: Percentiles(recorder.state.current.histogram)))
+    }
+    progressDone()
+    return results
+}
+
+private func runFirstFireOnTimerKit(backends: [BenchBackend], samples: Int) throws -> [FirstFireResult] {
     try eachInstance(of: backends, scenario: "first-fire") { backend, instance in
         let recorder = LatencyRecorder()
         for _ in 0..<samples {

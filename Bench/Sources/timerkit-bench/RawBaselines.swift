@@ -1,6 +1,7 @@
 import CLibevent
 import Dispatch
 import Foundation
+import NIOCore
 import TimerKit
 
 /// Throughput baselines with no TimerKit code: each native mechanism used the naive way,
@@ -34,6 +35,18 @@ let rawBaselines: [RawBaseline] = [
             event_free(event)
         }
         return (schedule, cancel)
+    },
+    RawBaseline(name: NIOPeer.name, maxTimers: 10_000_000) { delays, order, batch, atPeak in
+        // From a thread other than the loop's, as a server's code on another loop would.
+        try NIOPeer.withLoop { loop in
+            var tasks: [Scheduled<Void>?] = Array(repeating: nil, count: delays.count)
+            let schedule = try timeBatches(delays.count, batch) { i in
+                tasks[i] = loop.scheduleTask(in: .nanoseconds(delays[i].wholeNanoseconds)) {}
+            }
+            atPeak()
+            let cancel = try timeBatches(order.count, batch) { i in tasks[order[i]]?.cancel() }
+            return (schedule, cancel)
+        }
     },
     RawBaseline(name: "dispatch-raw", maxTimers: 1_000_000) { delays, order, batch, atPeak in
         let queue = DispatchQueue(label: "raw")

@@ -119,11 +119,14 @@ struct BenchReport: Encodable {
         }
         let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
         if !fanout.isEmpty {
-            out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, random phases\n"
+            out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, random phases (libevent-raw: no TimerKit, no tolerance)\n"
             out += aligned(
-                [["backend", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs"]]
+                [["backend", "tolerance µs", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs", "late max µs", "max − tolerance"]]
                     + fanout.map { r in
-                        [r.backend, "\(r.fires)", format(r.cpuNsPerFire), format(r.latenessUs.p50), format(r.latenessUs.p99)]
+                        [
+                            r.backend, format(r.toleranceUs), "\(r.fires)", format(r.cpuNsPerFire), format(r.latenessUs.p50),
+                            format(r.latenessUs.p99), format(r.latenessUs.max), format(r.maxLatenessOverToleranceUs),
+                        ]
                     })
         }
         let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }

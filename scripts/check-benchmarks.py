@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Checks the microbenchmarks' p90 figures (`swift package benchmark --format
+metricP90AbsoluteThresholds --path DIR`) against the limits that guard TimerKit's tricks: no
+allocation per fire, per tick of a ticks loop, nor a second one per schedule + cancel, and
+fire-path times with room for a noisy CI machine. Exit 1 on any breach.
+
+Allocations per fire are read as the slope between two run lengths (1,000 and 4,000 fires), so
+that the measurement's own constant cost does not count. Allocation limits are tight (one extra
+allocation per operation fails); time limits are about 3x today's figures on the 2-core VM, so
+that only a real regression, not noise, fails."""
+import glob, json, os, sys
+
+def load(directory):
+    figures = {}
+    for path in glob.glob(os.path.join(directory, "*.p90.json")):
+        name = os.path.basename(path)[: -len(".p90.json")].split(".", 1)[1].replace("_", " ")
+        figures[name] = json.load(open(path))
+    return figures
+
+def main(directory):
+    figures = load(directory)
+    problems, lines = [], []
+
+    def get(name, metric):
+        if name not in figures or metric not in figures[name]:
+            problems.append(f"no {metric} for '{name}' (was it renamed or skipped?)")
+            return None
+        return figures[name][metric]
+
+    def check(label, value, limit, unit):
+        if value is None:
+            return
+        ok = value <= limit
+        lines.append(f"{'ok  ' if ok else 'FAIL'} {label}: {value:.3f} {unit} (limit {limit} {unit})")
+        if not ok:
+            problems.append(f"{label}: {value:.3f} {unit} > {limit}")
+
+    def slope(short, long, count_short, count_long, metric):
+        a, b = get(short, metric), get(long, metric)
+        return None if a is None or b is None else (b - a) / (count_long - count_short)
+
+    check("allocations per fire, repeating timer on epoll",
+          slope("fire path, 1000 fires of a repeating timer (epoll)", "fire path, 4000 fires of a repeating timer (epoll)",
+                1000, 4000, "mallocCountTotal"), 0.1, "per fire")
+    check("allocations per tick, for-await ticks loop on the loop's executor (epoll)",
+          slope("ticks loop, 1000 ticks of a 100 µs sequence (epoll, task on the loop)",
+                "ticks loop, 4000 ticks of a 100 µs sequence (epoll, task on the loop)",
+                1000, 4000, "mallocCountTotal"), 0.1, "per tick")
+    # Scaled by 1,000: each figure covers 1,000 iterations.
+    manual = "fire path, repeating timer (manual)"
+    value = get(manual, "mallocCountTotal")
+    check("allocations per fire on Manual", None if value is None else value / 1000, 0.5, "per fire")
+    value = get(manual, "wallClock")
+    check("fire path on Manual, p90", None if value is None else value / 1000, 1000, "ns per fire")
+    pair = "schedule+cancel, 100k live (epoll)"
+    value = get(pair, "mallocCountTotal")
+    check("allocations per schedule + cancel among 100k live timers (the handle)", None if value is None else value / 1000, 1.5, "per pair")
+    value = get(pair, "wallClock")
+    check("schedule + cancel among 100k live timers, p90", None if value is None else value / 1000, 1500, "ns per pair")
+
+    print("\n".join(lines))
+    for p in problems:
+        print("bench-check:", p, file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print(f"bench-check: ok ({len(lines)} limits)")
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: check-benchmarks.py DIRECTORY-OF-P90-JSON")
+    main(sys.argv[1])

@@ -1,17 +1,22 @@
 # TimerKit: `make test` (lint, build, every test, a bench smoke run, the no-dependency check)
 # and `make demo` (the backend comparison). Both do their own set-up on a fresh Debian/Ubuntu
-# machine. Three packages live here: the library (.), the comparison tool (Bench/) and the
-# microbenchmarks (Benchmarks/); each target below names the one it uses.
+# machine. Four packages live here: the library (.), TimerKitNIO (TimerKitNIO/, the backend on
+# a SwiftNIO event loop), the comparison tool (Bench/) and the microbenchmarks (Benchmarks/);
+# each target below names the one it uses.
 
 SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors
 BENCH_PKG   := --package-path Bench
+NIO_PKG     := --package-path TimerKitNIO
 BENCH        = Bench/.build/release/timerkit-bench
-FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift
+# TimerKitNIO's test folders also hold links to the library's own test files: only its own are listed.
+FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
+	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests/TimerKitNIOTests \
+	TimerKitNIO/Tests/TimerKitNIOTestSupport/NIOHarness.swift TimerKitNIO/Tests/TimerKitNIOTestSupport/Imports.swift
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
 
-.PHONY: all setup build lint format test tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup build lint format test test-nio tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -39,8 +44,14 @@ format:
 test: setup lint
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build
+	$(MAKE) --no-print-directory test-nio
 	$(MAKE) --no-print-directory bench-quick
 	$(MAKE) --no-print-directory check-dependencies
+
+# TimerKitNIO's own tests, and the library's whole conformance suite again on a SwiftNIO loop.
+test-nio: setup
+	$(SWIFT) build --build-tests $(STRICT) $(NIO_PKG)
+	$(SWIFT) test --skip-build $(NIO_PKG)
 
 # A smoke run of the bench: every backend appears, the JSON is well formed.
 bench-quick: setup
@@ -98,4 +109,4 @@ bench-check: setup
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build
+	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build TimerKitNIO/.build

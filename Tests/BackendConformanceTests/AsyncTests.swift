@@ -30,7 +30,7 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let clock = h.backend.clock
-            let sleeping = Task(executorPreference: h.manual?.taskExecutor) {
+            let sleeping = Task(executorPreference: h.taskExecutor) {
                 try await clock.sleep(for: .seconds(3600), name: "nap")
             }
             await h.manual?.settle()
@@ -46,14 +46,14 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let clock = h.backend.clock
-            let sleeping = Task(executorPreference: h.manual?.taskExecutor) { try await clock.sleep(for: .seconds(3600)) }
+            let sleeping = Task(executorPreference: h.taskExecutor) { try await clock.sleep(for: .seconds(3600)) }
             await h.manual?.settle()
             #expect(await waitForAsync { h.registry.count == 1 })
             sleeping.cancel()
             await #expect(throws: CancellationError.self) { try await sleeping.value }
             #expect(h.registry.count == 0)
 
-            let alreadyCancelled = Task(executorPreference: h.manual?.taskExecutor) {
+            let alreadyCancelled = Task(executorPreference: h.taskExecutor) {
                 withUnsafeCurrentTask { $0?.cancel() }
                 try await clock.sleep(for: .seconds(1))
             }
@@ -139,7 +139,7 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let byName = try h.backend.ticks(.every(.seconds(3600)), name: "hourly")
-            let consumer = Task(executorPreference: h.manual?.taskExecutor) {
+            let consumer = Task(executorPreference: h.taskExecutor) {
                 var count = 0
                 for await _ in byName { count += 1 }
                 return count
@@ -149,7 +149,7 @@ extension ConformanceTests {
             #expect(await consumer.value == 0)
 
             let untilShutdown = try h.backend.ticks(.every(.seconds(3600)))
-            let waiting = Task(executorPreference: h.manual?.taskExecutor) {
+            let waiting = Task(executorPreference: h.taskExecutor) {
                 var count = 0
                 for await _ in untilShutdown { count += 1 }
                 return count
@@ -164,7 +164,7 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(.seconds(3600)), name: "consumed")
-            let consumer = Task(executorPreference: h.manual?.taskExecutor) {
+            let consumer = Task(executorPreference: h.taskExecutor) {
                 for await _ in ticks {}
             }
             await h.manual?.settle()
@@ -284,7 +284,7 @@ extension ConformanceTests {
         @Test func onManualTheLoopsExecutorIsTheTestExecutor() throws {
             let h = try BackendKind.manual.makeHarness()
             defer { h.shutdown() }
-            #expect(h.backend.taskExecutor as? ManualTaskExecutor === h.manual?.taskExecutor)
+            #expect(h.backend.taskExecutor as? ManualTaskExecutor === h.taskExecutor)
         }
 
         @Test(arguments: BackendKind.allCases.filter(\.isRealTime))

@@ -22,6 +22,13 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
     /// The "Writing a backend" article's example, pumped by a loop of the caller's: the
     /// implementor surface alone meets the whole contract.
     case pumped
+    #if TIMERKIT_NIO
+        /// TimerKitNIO's backend on a SwiftNIO event loop. The TimerKitNIO package compiles this
+        /// suite again with this configuration alone (its other backends run here already).
+        case nio
+
+        public static var allCases: [BackendKind] { [.nio] }
+    #endif
 
     public var testDescription: String { rawValue }
 
@@ -62,6 +69,10 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
             let backend = PumpedBackend(registry: registry)
             let loop = try CallerPumpLoop(backend)
             return Harness(kind: self, backend: backend, watchdog: watchdog, onCallerContext: loop.perform, teardown: loop.stop)
+        #if TIMERKIT_NIO
+            case .nio:
+                return makeNIOHarness(registry: registry, watchdog: watchdog)
+        #endif
         }
     }
 }
@@ -74,6 +85,7 @@ public final class Harness: Sendable {
     private let watchdog: Watchdog
     private let callerContext: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let teardown: @Sendable () -> Void
+    private let ownExecutor = ThreadTaskExecutor()
 
     init(
         kind: BackendKind, backend: any TimerBackend, manual: ManualBackend? = nil, watchdog: Watchdog,
@@ -89,6 +101,10 @@ public final class Harness: Sendable {
     }
 
     public var registry: TimerRegistry { backend.registry }
+
+    /// Where a test runs the tasks of the code under test: Manual's test executor (so that
+    /// `advance` and `settle` see them), or a thread of the harness's own on real backends.
+    public var taskExecutor: any TaskExecutor { manual?.taskExecutor ?? ownExecutor }
 
     /// Lets `duration` of backend time pass: virtual time advances, real time is waited out.
     public func pass(_ duration: Duration) {
@@ -154,6 +170,7 @@ public final class Harness: Sendable {
     public func shutdown() {
         backend.shutdown()
         teardown()
+        ownExecutor.stop()
         watchdog.disarm()
     }
 }

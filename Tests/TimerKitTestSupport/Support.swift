@@ -233,3 +233,57 @@ public func leaveRoomForDescriptors(_ room: Int) -> () -> Void {
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &restored)
     }
 }
+
+/// A serial task executor with a thread of its own, for the tasks a test starts on a real
+/// backend. A parallel test run keeps the global pool's threads (two on a 2-core machine)
+/// busy with synchronous waits, and a task queued behind them could miss the test's
+/// deadlines on a loaded machine; on this thread it runs at once. After `stop()` its jobs go
+/// to the global executor.
+public final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: `jobs` and `isStopped` are touched only while holding `mutex`.
+    private let mutex = PThreadMutex()
+    private let workArrived = PThreadCondition()
+    private var jobs: [UnownedJob] = []
+    private var isStopped = false
+
+    public init() {
+        Thread.detachNewThread { [self] in run() }
+    }
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        mutex.lock()
+        let stopped = isStopped
+        if !stopped {
+            jobs.append(job)
+            workArrived.broadcast()
+        }
+        mutex.unlock()
+        if stopped { globalConcurrentExecutor.enqueue(job) }
+    }
+
+    /// Lets the thread end once the jobs queued so far have run.
+    public func stop() {
+        mutex.withLock {
+            isStopped = true
+            workArrived.broadcast()
+        }
+    }
+
+    private func run() {
+        mutex.lock()
+        while true {
+            if jobs.isEmpty {
+                if isStopped { break }
+                workArrived.wait(mutex)
+                continue
+            }
+            let batch = jobs
+            jobs.removeAll()
+            mutex.unlock()
+            for job in batch { job.runSynchronously(on: asUnownedTaskExecutor()) }
+            mutex.lock()
+        }
+        mutex.unlock()
+    }
+}

@@ -1,6 +1,7 @@
 import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
+import TimerKitNIO
 
 /// A subject the bench can measure: a TimerKit backend, or a baseline with no TimerKit code.
 struct BenchBackend: Sendable {
@@ -44,6 +45,8 @@ let allBackends: [BenchBackend] = [
     .backend("libevent") { try LibeventBackend(registry: $0) },
     .backend("dispatch") { DispatchBackend(registry: $0) },
     .backend("runloop") { try RunLoopBackend(registry: $0) },
+    // TimerKit on a SwiftNIO loop of the bench's own (one thread, kept for the whole run).
+    .backend("nio") { NIOBackend(on: benchEventLoopGroup.next(), registry: $0) },
     .backend("manual", realTime: false) { ManualBackend(registry: $0) },
     // SwiftNIO's own timers, no TimerKit: a peer, not a backend (also in throughput and fan-out).
     .baseline(NIOPeer.name, firstFire: NIOPeer.firstFire, NIOPeer.latency),

@@ -3,6 +3,9 @@ import NIOCore
 import NIOPosix
 import TimerKit
 
+/// The loop the `nio` backend (TimerKit on SwiftNIO) runs on: one thread, as `nio-raw`'s.
+let benchEventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
 /// `nio-raw`: SwiftNIO's own timers on a one-thread `MultiThreadedEventLoopGroup`, as a NIO
 /// server uses them, with no TimerKit code. Its deadlines are CLOCK_MONOTONIC on Linux, as
 /// TimerKit's are, so lateness is read on the same clock.

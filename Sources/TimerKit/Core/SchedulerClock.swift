@@ -6,6 +6,10 @@ import Glibc
     case monotonic
     /// Time that moves only when a test moves it.
     case virtual(VirtualClock)
+    /// Another clock's reading, for a backend on a loop that keeps time of its own (a test
+    /// event loop's virtual time, say). It must never go back, and must be cheap: the
+    /// scheduler reads it on every schedule and every fire.
+    case custom(@Sendable () -> MonotonicInstant)
 
     /// The current time on this clock.
     @inline(__always)
@@ -13,6 +17,7 @@ import Glibc
         switch self {
         case .monotonic: .now()
         case let .virtual(clock): clock.now
+        case let .custom(read): read()
         }
     }
 }

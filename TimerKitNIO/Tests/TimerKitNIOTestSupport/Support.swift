@@ -1,0 +1,1 @@
+../../../Tests/TimerKitTestSupport/Support.swift

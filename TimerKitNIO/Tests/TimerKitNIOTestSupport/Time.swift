@@ -1,0 +1,1 @@
+../../../Sources/TimerKit/Support/Time.swift

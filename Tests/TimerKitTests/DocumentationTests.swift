@@ -24,3 +24,19 @@ struct DocumentationTests {
         #expect(shown.trimmingCharacters(in: .whitespacesAndNewlines) == code.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
+
+extension DocumentationTests {
+    /// The SwiftNIO article shows the idle-timeout handler that TimerKitNIO's tests run on an
+    /// `EmbeddedChannel`: the article's first code block with a class must be that class.
+    @Test func theSwiftNIOArticleShowsTheTestedIdleTimeoutHandler() throws {
+        let article = try String(
+            contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/UsingTimerKitOnSwiftNIO.md"), encoding: .utf8)
+        let example = try String(
+            contentsOf: Self.root.appending(path: "TimerKitNIO/Tests/TimerKitNIOTests/IdleTimeoutExample.swift"), encoding: .utf8)
+        let classStart = try #require(article.range(of: "final class IdleTimeoutHandler")).lowerBound
+        let blockEnd = try #require(article.range(of: "```", range: classStart..<article.endIndex)).lowerBound
+        let shown = article[classStart..<blockEnd].trimmingCharacters(in: .whitespacesAndNewlines)
+        let tested = try #require(example.range(of: "final class IdleTimeoutHandler")).lowerBound
+        #expect(shown == example[tested...].trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}

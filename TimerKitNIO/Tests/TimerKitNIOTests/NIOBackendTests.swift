@@ -76,4 +76,20 @@ extension NIOBackendTests {
             #expect(backend.registry.snapshot().isEmpty)
         }
     }
+
+    /// The same on `NIOAsyncTestingEventLoop`, the async tests' loop: `await advanceTime(by:)`.
+    @Test func onAnAsyncTestingLoopTimersFollowTheLoopsVirtualTime() async throws {
+        try await withWatchdog {
+            let loop = NIOAsyncTestingEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            let fired = Locked<[Int]>([])
+            try backend.schedule(.every(.seconds(1), count: 2)) { tick in fired.withLock { $0.append(tick.index) } }
+            await loop.advanceTime(by: .milliseconds(999))
+            #expect(fired.current == [])
+            await loop.advanceTime(by: .seconds(2))
+            #expect(fired.current == [0, 1])
+            backend.shutdown()
+            await loop.shutdownGracefully()
+        }
+    }
 }

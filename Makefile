@@ -16,7 +16,7 @@ FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift B
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
 
-.PHONY: all setup build lint format test test-nio tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup build lint format test test-nio docs-nio tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -95,6 +95,22 @@ docs: setup
 			--warnings-as-errors --output-path $(DOCS_OUT)/$$module; \
 		echo "docs: $(DOCS_OUT)/$$module"; \
 	done
+	$(MAKE) --no-print-directory docs-nio
+
+# TimerKitNIO's DocC, from its own package, the same way.
+docs-nio: setup
+	@rm -rf .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO $(DOCS_OUT)/TimerKitNIO
+	@mkdir -p .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO
+	$(SWIFT) build $(NIO_PKG) --scratch-path .build-docs-nio --target TimerKitNIO -Xswiftc -emit-symbol-graph \
+		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-nio-all \
+		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	cp .build-docs/graphs-nio-all/TimerKitNIO*.symbols.json .build-docs/graphs-TimerKitNIO/
+	docc convert TimerKitNIO/Sources/TimerKitNIO/TimerKitNIO.docc \
+		--additional-symbol-graph-dir .build-docs/graphs-TimerKitNIO \
+		--fallback-display-name TimerKitNIO --fallback-bundle-identifier org.timerkit.TimerKitNIO \
+		--transform-for-static-hosting --hosting-base-path TimerKitNIO \
+		--warnings-as-errors --output-path $(DOCS_OUT)/TimerKitNIO
+	@echo "docs: $(DOCS_OUT)/TimerKitNIO"
 
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
 benchmarks: setup

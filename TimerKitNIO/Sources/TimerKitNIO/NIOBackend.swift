@@ -24,7 +24,7 @@ import NIOEmbedded
 /// has shut down: work scheduled on it afterwards is dropped with a logged error ("Cannot
 /// schedule tasks on an EventLoop that has already shut down"), so the timers of a backend
 /// whose loop is gone never fire. A loop whose `scheduleCallback` throws shuts the backend
-/// down with ``TimerKit/TimerError/loopFailed(backend:cause:)``, as every backend's loop
+/// down with `TimerError.loopFailed(backend:cause:)`, as every backend's loop
 /// failure does.
 public final class NIOBackend: TimerBackend, @unchecked Sendable {
     // @unchecked: `pending` is touched only while holding `lock`; the rest is immutable.

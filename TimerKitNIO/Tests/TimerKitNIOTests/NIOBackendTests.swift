@@ -43,13 +43,19 @@ extension NIOBackendTests {
         }
     }
 
+    /// A connected `EmbeddedChannel` with a 30 s `IdleTimeoutHandler` on a backend of its loop.
+    private func connectionWithIdleTimeout() throws -> (EmbeddedChannel, NIOBackend) {
+        let channel = EmbeddedChannel()
+        let backend = NIOBackend(on: channel.embeddedEventLoop, registry: TimerRegistry())
+        try channel.pipeline.syncOperations.addHandler(IdleTimeoutHandler(timers: backend, timeout: .seconds(30)))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 7)).wait()
+        return (channel, backend)
+    }
+
     @Test func anIdleConnectionIsClosedAndABusyOneIsNot() throws {
         try withWatchdog {
-            let channel = EmbeddedChannel()
-            let backend = NIOBackend(on: channel.embeddedEventLoop, registry: TimerRegistry())
+            let (channel, backend) = try connectionWithIdleTimeout()
             defer { backend.shutdown() }
-            try channel.pipeline.syncOperations.addHandler(IdleTimeoutHandler(timers: backend, timeout: .seconds(30)))
-            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 7)).wait()
             #expect(channel.isActive)
             #expect(backend.registry.snapshot().count == 1)
             for _ in 0..<3 {
@@ -66,11 +72,8 @@ extension NIOBackendTests {
 
     @Test func closingTheConnectionCancelsItsTimer() throws {
         try withWatchdog {
-            let channel = EmbeddedChannel()
-            let backend = NIOBackend(on: channel.embeddedEventLoop, registry: TimerRegistry())
+            let (channel, backend) = try connectionWithIdleTimeout()
             defer { backend.shutdown() }
-            try channel.pipeline.syncOperations.addHandler(IdleTimeoutHandler(timers: backend, timeout: .seconds(30)))
-            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 7)).wait()
             #expect(backend.registry.snapshot().count == 1)
             _ = try channel.finish()
             #expect(backend.registry.snapshot().isEmpty)

@@ -99,8 +99,10 @@ docs: setup
 
 # TimerKitNIO's DocC, from its own package, the same way.
 docs-nio: setup
+	@# The module is compiled again each time (touch): an up-to-date build emits no symbol graph.
 	@rm -rf .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO $(DOCS_OUT)/TimerKitNIO
 	@mkdir -p .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO
+	@touch TimerKitNIO/Sources/TimerKitNIO/*.swift
 	$(SWIFT) build $(NIO_PKG) --scratch-path .build-docs-nio --target TimerKitNIO -Xswiftc -emit-symbol-graph \
 		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-nio-all \
 		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public

@@ -75,6 +75,12 @@ demo: setup
 	$(BENCH) --html timerkit-report.html
 	@echo 'HTML report with charts: timerkit-report.html'
 
+# `docc convert` of a catalog (1) for a module (2) whose symbol graphs are in
+# .build-docs/graphs-MODULE: a static site in $(DOCS_OUT)/MODULE, warnings as errors.
+docc_convert = docc convert $(1) --additional-symbol-graph-dir .build-docs/graphs-$(2) \
+	--fallback-display-name $(2) --fallback-bundle-identifier org.timerkit.$(2) \
+	--transform-for-static-hosting --hosting-base-path $(2) --warnings-as-errors --output-path $(DOCS_OUT)/$(2)
+
 # DocC for each library module, with the toolchain's own docc: symbol graphs of the public
 # API, then `docc convert` with warnings as errors. Writes a static site per module.
 docs: setup
@@ -88,11 +94,7 @@ docs: setup
 		for extension in .build-docs/graphs/$$module@*.symbols.json; do \
 			[ -e "$$extension" ] && cp "$$extension" .build-docs/graphs-$$module/; \
 		done; \
-		docc convert Sources/$$module/$$module.docc \
-			--additional-symbol-graph-dir .build-docs/graphs-$$module \
-			--fallback-display-name $$module --fallback-bundle-identifier org.timerkit.$$module \
-			--transform-for-static-hosting --hosting-base-path $$module \
-			--warnings-as-errors --output-path $(DOCS_OUT)/$$module; \
+		$(call docc_convert,Sources/$$module/$$module.docc,$$module); \
 		echo "docs: $(DOCS_OUT)/$$module"; \
 	done
 	$(MAKE) --no-print-directory docs-nio
@@ -107,11 +109,7 @@ docs-nio: setup
 		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-nio-all \
 		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
 	cp .build-docs/graphs-nio-all/TimerKitNIO*.symbols.json .build-docs/graphs-TimerKitNIO/
-	docc convert TimerKitNIO/Sources/TimerKitNIO/TimerKitNIO.docc \
-		--additional-symbol-graph-dir .build-docs/graphs-TimerKitNIO \
-		--fallback-display-name TimerKitNIO --fallback-bundle-identifier org.timerkit.TimerKitNIO \
-		--transform-for-static-hosting --hosting-base-path TimerKitNIO \
-		--warnings-as-errors --output-path $(DOCS_OUT)/TimerKitNIO
+	$(call docc_convert,TimerKitNIO/Sources/TimerKitNIO/TimerKitNIO.docc,TimerKitNIO)
 	@echo "docs: $(DOCS_OUT)/TimerKitNIO"
 
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).

@@ -237,29 +237,31 @@ public func leaveRoomForDescriptors(_ room: Int) -> () -> Void {
 /// A serial task executor with a thread of its own, for the tasks a test starts on a real
 /// backend. A parallel test run keeps the global pool's threads (two on a 2-core machine)
 /// busy with synchronous waits, and a task queued behind them could miss the test's
-/// deadlines on a loaded machine; on this thread it runs at once. After `stop()` its jobs go
-/// to the global executor.
+/// deadlines on a loaded machine; on this thread it runs at once. The thread starts with the
+/// first job; after `stop()` jobs go to the global executor.
 public final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
-    // @unchecked: `jobs` and `isStopped` are touched only while holding `mutex`.
+    // @unchecked: `jobs`, `hasThread` and `isStopped` are touched only while holding `mutex`.
     private let mutex = PThreadMutex()
     private let workArrived = PThreadCondition()
     private var jobs: [UnownedJob] = []
+    private var hasThread = false
     private var isStopped = false
 
-    public init() {
-        Thread.detachNewThread { [self] in run() }
-    }
+    public init() {}
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         mutex.lock()
         let stopped = isStopped
+        let startsThread = !stopped && !hasThread
         if !stopped {
             jobs.append(job)
+            hasThread = true
             workArrived.broadcast()
         }
         mutex.unlock()
         if stopped { globalConcurrentExecutor.enqueue(job) }
+        if startsThread { Thread.detachNewThread { [self] in run() } }
     }
 
     /// Lets the thread end once the jobs queued so far have run.

@@ -1,8 +1,9 @@
 import Dispatch
 import Glibc
 import Testing
-@_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@_spi(BackendImplementation) @testable import TimerKit
 
 // Code under test: it takes any `Clock<Duration>`, as a library would.
 
@@ -142,13 +143,21 @@ struct TestClockTests {
         await clock.settle()  // nothing has run on the executor: idle at once
         let progress = Locked(0)
         let parked = Locked<UnsafeContinuation<Void, Never>?>(nil)
+        let gate = DispatchSemaphore(value: 0)
         let task = Task(executorPreference: clock.taskExecutor) {
             progress.withLock { $0 = 1 }
-            blockRealTime(.milliseconds(50))  // busy on the executor's thread: settle waits it out
+            gate.wait()  // busy on the executor's thread: settle waits it out
             progress.withLock { $0 = 2 }
             // Suspended on something other than the clock, until the test lets it go.
             await withUnsafeContinuation { continuation in parked.withLock { $0 = continuation } }
             progress.withLock { $0 = 3 }
+        }
+        // The job is running, and is let go only once settle is waiting: so settle provably
+        // waits out a running job (a settle that returned early is never counted as waiting).
+        _ = waitFor(.seconds(10)) { progress.current == 1 }
+        onBackgroundThread {
+            _ = waitFor(.seconds(10)) { clock.taskExecutor.settleWaiterCount == 1 }
+            gate.signal()
         }
         await clock.settle()
         #expect(progress.current == 2, "settled: the task is suspended, waiting for something other than the clock")

@@ -52,6 +52,9 @@ public final class ManualTaskExecutor: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// How many `settle()` calls are waiting for the executor to go idle (for tests).
+    var settleWaiterCount: Int { mutex.withLock { idleWaiters.count } }
+
     /// Stops the thread once the queued jobs have run; later jobs go to the global executor.
     func stop() {
         mutex.lock()

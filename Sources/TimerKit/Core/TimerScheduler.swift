@@ -521,7 +521,6 @@ import Synchronization
         for item in released { for waiter in item.endWaiters { waiter() } }
         released.removeAll(keepingCapacity: true)
         if failure != nil { finishShutdown(stopped) }
-        var stranded: [UnownedJob] = []
         if !batch.isEmpty {
             let executor = asUnownedTaskExecutor()
             for job in batch { job.runSynchronously(on: executor) }
@@ -531,7 +530,7 @@ import Synchronization
         if spareReleased.capacity < released.capacity { swap(&released, &spareReleased) }
         if spareJobs.capacity < batch.capacity { swap(&batch, &spareJobs) }
         // Jobs queued while the batch ran (a task's next step) need a wake-up of their own.
-        stranded = wakeForJobsLocked()
+        let stranded = wakeForJobsLocked()
         endFiringLocked()
         mutex.unlock()
         for job in stranded { globalConcurrentExecutor.enqueue(job) }

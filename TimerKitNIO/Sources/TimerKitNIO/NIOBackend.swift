@@ -33,14 +33,12 @@ public final class NIOBackend: TimerBackend, @unchecked Sendable {
     public let eventLoop: any EventLoop
     private let lock = NIOLock()
     private var pending: NIOScheduledCallback?
-    private let readsLoopTime: Bool
 
     /// A backend on `eventLoop`, registering its timers in `registry`.
     public init(on eventLoop: any EventLoop, registry: TimerRegistry = .shared) {
         self.eventLoop = eventLoop
-        readsLoopTime = eventLoop is EmbeddedEventLoop || eventLoop is NIOAsyncTestingEventLoop
-        let clock: SchedulerClock =
-            readsLoopTime ? .custom { MonotonicInstant(eventLoop.now) } : .monotonic
+        let readsLoopTime = eventLoop is EmbeddedEventLoop || eventLoop is NIOAsyncTestingEventLoop
+        let clock: SchedulerClock = readsLoopTime ? .custom { MonotonicInstant(eventLoop.now) } : .monotonic
         scheduler = TimerScheduler(backendName: "nio", registry: registry, clock: clock)
         scheduler.attach(self)
     }
@@ -49,38 +47,31 @@ public final class NIOBackend: TimerBackend, @unchecked Sendable {
     /// another thread it returns once no handler of this backend is running.
     public func shutdown() {
         scheduler.shutdown()
-        let last = lock.withLock {
-            defer { pending = nil }
+        replacePending(with: nil)
+    }
+
+    /// Makes `callback` the loop's one pending callback and cancels the one it replaces.
+    private func replacePending(with callback: NIOScheduledCallback?) {
+        let replaced = lock.withLock {
+            defer { pending = callback }
             return pending
         }
-        last?.cancel()
+        replaced?.cancel()
     }
 }
 
 @_spi(BackendImplementation) extension NIOBackend: TimerDriver {
     /// Moves the loop's one callback to `deadline`. Called with the scheduler's lock held, from
-    /// any thread: `scheduleCallback` and `cancel` only queue work for the loop and return.
+    /// any thread: `scheduleCallback` and `cancel` take NIO's task lock for a moment and never
+    /// wait for the loop to run anything.
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        let replaced: NIOScheduledCallback?
-        if deadline == .distantFuture {
-            replaced = lock.withLock {
-                defer { pending = nil }
-                return pending
-            }
-        } else {
-            let callback: NIOScheduledCallback
-            do {
-                callback = try eventLoop.scheduleCallback(at: NIODeadline(deadline), handler: FireDueTimers(backend: self))
-            } catch {
-                // The loop has shut down: the core shuts this backend down with the reason.
-                throw .loopFailed(backend: "nio", cause: .nativeFailure(backend: "nio", call: "EventLoop.scheduleCallback: \(error)"))
-            }
-            replaced = lock.withLock {
-                defer { pending = callback }
-                return pending
-            }
+        guard deadline != .distantFuture else { return replacePending(with: nil) }
+        do {
+            replacePending(with: try eventLoop.scheduleCallback(at: NIODeadline(deadline), handler: FireDueTimers(backend: self)))
+        } catch {
+            // The loop refused: the core shuts this backend down with the reason.
+            throw .loopFailed(backend: "nio", cause: .nativeFailure(backend: "nio", call: "EventLoop.scheduleCallback: \(error)"))
         }
-        replaced?.cancel()
     }
 }
 

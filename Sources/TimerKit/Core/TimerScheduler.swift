@@ -481,14 +481,16 @@ import Synchronization
                         timer: timer, handler: timer.handler, observers: observers,
                         endWaiters: takeEndWaitersLocked(timer), leavesRegistry: true))
                 timer.handler = Self.endedHandler
-            } else if timer.state == .scheduled && timer.heapIndex < 0 {
+            } else if timer.state == .scheduled && timer.heapIndex < 0 && !isShutDown {
                 do throws(TimerError) { try queueLocked(timer) } catch {
                     failure = error
                     released.append(Released(timer: timer))
                     break
                 }
             } else if timer.heapIndex < 0 {
-                // Cancelled or suspended while its handler ran: the heap no longer holds it.
+                // Cancelled or suspended while its handler ran (the heap no longer holds it),
+                // or the backend began shutting down meanwhile: nothing is queued, and the
+                // driver is not woken, after shutdown has begun; the shutdown cancels it.
                 released.append(Released(timer: timer, endWaiters: takeEndWaitersLocked(timer)))
             }
         }

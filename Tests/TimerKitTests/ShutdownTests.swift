@@ -1,0 +1,68 @@
+import Dispatch
+import Testing
+import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
+
+/// A driver that records its wake-ups, and flags any that come once the test has begun a
+/// shutdown: nothing may arm a loop that is shutting down.
+private final class RecordingDriver: TimerDriver, @unchecked Sendable {
+    // @unchecked: `calls` and `shuttingDown` are guarded by `lock`.
+    private let lock = PThreadMutex()
+    private var shuttingDown = false
+    private var wakesAfterShutdown: [MonotonicInstant] = []
+
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        lock.withLock { if shuttingDown { wakesAfterShutdown.append(deadline) } }
+    }
+
+    func beginShutdown() { lock.withLock { shuttingDown = true } }
+    var lateWakes: [MonotonicInstant] { lock.withLock { wakesAfterShutdown } }
+}
+
+/// Runs `action` when it is released.
+private final class OnRelease: Sendable {
+    let action: @Sendable () -> Void
+    init(_ action: @escaping @Sendable () -> Void) { self.action = action }
+    deinit { action() }
+}
+
+@Suite("Shutdown")
+struct ShutdownTests {
+    @Test func aHandlerThatReturnsDuringShutdownIsNotQueuedAgain() throws {
+        try withWatchdog {
+            let clock = VirtualClock(start: MonotonicInstant(nanoseconds: 1_000_000_000))
+            let scheduler = TimerScheduler(backendName: "recording", registry: TimerRegistry(), clock: .virtual(clock))
+            let driver = RecordingDriver()
+            scheduler.attach(driver)
+            let inHandler = DispatchSemaphore(value: 0)
+            let fired = DispatchSemaphore(value: 0)
+            // A second timer, still queued: the shutdown cancels it first, and the deinit of its
+            // handler's capture holds the shutdown there until the fire loop has finished. So
+            // the first timer's handler returns after the shutdown began and before it was
+            // cancelled: the window in which it used to be queued again.
+            _ = try scheduler.schedule(.after(.seconds(60)), name: nil, tolerance: .zero, policy: .skip, target: nil) {
+                [holdsShutdown = OnRelease { fired.wait() }] _ in
+                withExtendedLifetime(holdsShutdown) {}
+            }
+            let timer = try scheduler.schedule(
+                .every(ms(10)), name: "repeating", tolerance: .zero, policy: .skip, target: nil
+            ) { _ in
+                inHandler.signal()
+                // Return only once the shutdown has begun on the other thread.
+                #expect(waitFor { scheduler.hasShutDown })
+            }
+            clock.move(to: clock.now + ms(10))
+            onBackgroundThread {
+                scheduler.fireDueTimers()
+                fired.signal()
+            }
+            inHandler.wait()
+            driver.beginShutdown()
+            scheduler.shutdown()  // waits for the handler, which returns during it
+            #expect(driver.lateWakes.isEmpty, "the driver was woken after shutdown began: \(driver.lateWakes)")
+            #expect(timer.currentState == .cancelled)
+            #expect(scheduler.registry.count == 0)
+        }
+    }
+}

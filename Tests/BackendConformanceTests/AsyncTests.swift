@@ -218,7 +218,7 @@ extension ConformanceTests {
                 runs.withLock { $0.append((start, end)) }
                 inFlight.withLock { $0 -= 1 }
             }
-            try await h.drive { await timer.ended }
+            try await h.drive { try await timer.ended }
             let recorded = runs.current
             #expect(recorded.count == 3)
             #expect(overlaps.current == 0)
@@ -245,7 +245,7 @@ extension ConformanceTests {
             }
             try await h.drive { while started.current == 0 { try await clock.sleep(for: ms(1)) } }
             timer.cancel()
-            try await h.drive { await timer.ended }
+            try await h.drive { try await timer.ended }
             #expect(returned.current, "ended returned only after the running task did")
             #expect(sawCancellation.current)
             #expect(started.current == 1)
@@ -256,11 +256,48 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let oneShot = try h.backend.schedule(.after(ms(5))) { _ in }
-            try await h.drive { await oneShot.ended }
+            try await h.drive { try await oneShot.ended }
             #expect(oneShot.currentState == .finished)
             let repeating = try h.backend.schedule(.every(.seconds(3600))) { _ in }
             repeating.cancel()
-            await repeating.ended  // already over: returns at once
+            try await repeating.ended  // already over: returns at once
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aTimeoutAroundEndedReturnsWhenItRunsOut(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let repeating = try h.backend.schedule(.every(.seconds(3600)), name: "long") { _ in }
+            // A timeout around the wait: the group cancels the waiter when the time is up.
+            let outcome = await withTaskGroup(of: String.self) { group in
+                group.addTask {
+                    do {
+                        try await repeating.ended
+                        return "ended"
+                    } catch {
+                        return "\(type(of: error)), timer \(repeating.currentState)"
+                    }
+                }
+                group.addTask {
+                    try? await Task.sleep(for: ms(20))
+                    return "timed out"
+                }
+                let first = await group.next()
+                group.cancelAll()
+                return [first, await group.next()].compactMap { $0 }.joined(separator: "; ")
+            }
+            #expect(outcome == "timed out; CancellationError, timer scheduled")
+            // Already cancelled before it waits: it throws at once.
+            let cancelled = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                do {
+                    try await repeating.ended
+                    return false
+                } catch { return true }
+            }
+            #expect(await cancelled.value)
+            repeating.cancel()
+            try await repeating.ended
         }
 
         @Test(arguments: BackendKind.allCases)
@@ -275,7 +312,7 @@ extension ConformanceTests {
                 MainActor.assertIsolated()
                 ran.withLock { $0 = true }
             }
-            try await h.drive { await timer.ended }
+            try await h.drive { try await timer.ended }
             #expect(ran.current)
         }
 
@@ -372,14 +409,4 @@ extension ConformanceTests {
             #expect(timer.currentState == .cancelled)
         }
     }
-}
-
-/// Polls `condition` until it holds or `timeout` passes, suspending (not blocking) in between.
-func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
-    let deadline = MonotonicInstant.now() + timeout
-    while !condition() {
-        if MonotonicInstant.now() > deadline { return false }
-        try? await Task.sleep(for: .milliseconds(2))
-    }
-    return true
 }

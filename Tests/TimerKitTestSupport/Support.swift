@@ -41,6 +41,17 @@ public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool)
     return true
 }
 
+/// Polls `condition` every 2 ms until it holds or `timeout` passes, suspending (not blocking)
+/// in between.
+public func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+    let deadline = MonotonicInstant.now() + timeout
+    while !condition() {
+        if MonotonicInstant.now() > deadline { return false }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return true
+}
+
 /// Runs `body` on a new thread and waits for it to return.
 public func onNewThread(_ body: @escaping @Sendable () -> Void) {
     onThreads(1) { _ in body() }

@@ -209,3 +209,19 @@ struct StateMachineTests {
         #expect(TimerError.loopFailed(backend: "manual", cause: refusal).description.contains("event_add"))
     }
 }
+
+@Suite("Waiting for a timer to end")
+struct EndedTests {
+    @Test func aCancelledWaitLeavesNoWaiterBehind() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let timer = try clock.schedule(.every(.seconds(1))) { _ in }
+        let waiting = Task { try await timer.ended }
+        @Sendable func waiters() -> Int { timer.scheduler.mutex.withLock { timer.extras?.endWaiters.count ?? 0 } }
+        #expect(await waitForAsync { waiters() == 1 })
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        #expect(waiters() == 0, "the cancelled wait took its waiter back")
+        #expect(timer.currentState == .scheduled)
+    }
+}

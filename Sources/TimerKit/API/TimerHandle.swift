@@ -6,7 +6,7 @@ final class TimerExtras {
     var tolerance: UInt64 = 0
     var observers: [TimerObserver] = []
     /// Run once the timer has ended and nothing of it runs any more (`whenEnded`).
-    var endWaiters: [@Sendable () -> Void] = []
+    var endWaiters: [EndWaiter] = []
     /// The handler starts a task (`scheduleTask`): a repeat is re-queued when the task
     /// returns (fixed delay), not when the handler does.
     var runsTasks = false
@@ -16,6 +16,12 @@ final class TimerExtras {
     var runningTask: Task<Void, Never>?
     /// A reschedule while a task ran: its first deadline stands when the task returns.
     var rescheduledDuringTask = false
+}
+
+/// An action to run once a timer has ended and gone idle, and the token that takes it back.
+struct EndWaiter {
+    let token: UInt64
+    let action: @Sendable () -> Void
 }
 
 /// A scheduled timer: the value every `schedule` call returns.

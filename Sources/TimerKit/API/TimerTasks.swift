@@ -13,7 +13,7 @@ extension TimerBackend {
     /// instead of piling them up. A count ends the timer after that many runs.
     ///
     /// Cancelling the timer cancels the running task (it sees `Task.isCancelled`) and starts
-    /// no more. `await timer.ended` waits until the timer has ended and its task has returned.
+    /// no more. `try await timer.ended` waits until the timer has ended and its task has returned.
     /// `shutdown()` does not wait for a running task.
     ///
     /// On a `ManualBackend` the tasks run on its `taskExecutor`, so that a test's
@@ -38,13 +38,74 @@ extension TimerBackend {
 
 extension TimerHandle {
     /// Suspends until the timer has ended — cancelled, finished, or shut down with its backend
-    /// — and no call of its handler, nor a task `scheduleTask` started for it, is still running.
+    /// — and no call of its handler, nor a task `scheduleAsync` started for it, is still running.
     /// The `async` counterpart of `cancelAndWait()`; it does not cancel the timer itself.
+    ///
+    /// - Throws: `CancellationError` as soon as the waiting task is cancelled (the timer is
+    ///   left as it is), so a timeout around it, or a task group that cancels it, never hangs.
     public var ended: Void {
-        get async {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-                scheduler.whenEnded(self) { continuation.resume() }
+        get async throws(CancellationError) {
+            let wait = EndWait()
+            do {
+                try await withTaskCancellationHandler {
+                    try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+                        guard wait.begin(continuation) else { return }
+                        let token = scheduler.whenEnded(self) { wait.finish(cancelled: false) }
+                        if let token, wait.waiting(token: token) { scheduler.removeEndWaiter(token, of: self) }
+                    }
+                } onCancel: {
+                    if let token = wait.finish(cancelled: true) { scheduler.removeEndWaiter(token, of: self) }
+                }
+            } catch {
+                throw CancellationError()
             }
         }
+    }
+}
+
+/// One `await ended`: its continuation, resumed exactly once — when the timer ends or when the
+/// task is cancelled — and the token of its end waiter, taken back if the task gave up first.
+private final class EndWait: @unchecked Sendable {
+    // @unchecked: every field is touched only while holding `mutex`.
+    private let mutex = PThreadMutex()
+    private var continuation: UnsafeContinuation<Void, any Error>?
+    private var token: UInt64?
+    private var isCancelled = false
+
+    /// Stores the continuation; false (and resumed) if the task was cancelled already.
+    func begin(_ continuation: UnsafeContinuation<Void, any Error>) -> Bool {
+        mutex.lock()
+        guard !isCancelled else {
+            mutex.unlock()
+            continuation.resume(throwing: CancellationError())
+            return false
+        }
+        self.continuation = continuation
+        mutex.unlock()
+        return true
+    }
+
+    /// Records the end waiter's token. True when the task was cancelled meanwhile: then the
+    /// caller takes the waiter back at once.
+    func waiting(token: UInt64) -> Bool {
+        mutex.withLock {
+            if !isCancelled { self.token = token }
+            return isCancelled
+        }
+    }
+
+    /// Resumes the wait, normally or with `CancellationError`, if it has not been resumed yet.
+    /// Returns the end waiter's token when a cancelled wait leaves one to take back.
+    @discardableResult
+    func finish(cancelled: Bool) -> UInt64? {
+        mutex.lock()
+        if cancelled { isCancelled = true }
+        let continuation = self.continuation
+        let token = cancelled ? self.token : nil
+        self.continuation = nil
+        self.token = nil
+        mutex.unlock()
+        if cancelled { continuation?.resume(throwing: CancellationError()) } else { continuation?.resume() }
+        return token
     }
 }

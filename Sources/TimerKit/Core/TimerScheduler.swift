@@ -58,6 +58,7 @@ import Synchronization
     /// The thread running `fireDueTimers`, valid while `firingDepth > 0`.
     @exclusivity(unchecked) private var firingThread = pthread_t()
     @exclusivity(unchecked) private var waiters = 0
+    @exclusivity(unchecked) private var nextWaiterToken: UInt64 = 0
     /// Jobs of tasks that prefer this scheduler as their executor (`TimerBackend.taskExecutor`),
     /// waiting to run on the loop after its next batch of handlers.
     @exclusivity(unchecked) private var jobs: [UnownedJob] = []
@@ -254,7 +255,7 @@ import Synchronization
         withExtendedLifetime(dropped) {}
         task?.cancel()
         registry.remove(timer)
-        for waiter in endWaiters { waiter() }
+        for waiter in endWaiters { waiter.action() }
     }
 
     /// Whether `timer` has ended and nothing of it runs any more: no handler call, no task.
@@ -263,7 +264,7 @@ import Synchronization
     }
 
     /// The `whenEnded` actions of a timer that has ended and gone idle, to run after unlocking.
-    private func takeEndWaitersLocked(_ timer: TimerHandle) -> [@Sendable () -> Void] {
+    private func takeEndWaitersLocked(_ timer: TimerHandle) -> [EndWaiter] {
         guard let extras = timer.extras, !extras.endWaiters.isEmpty, hasEndedAndIdleLocked(timer) else { return [] }
         defer { extras.endWaiters = [] }
         return extras.endWaiters
@@ -272,18 +273,35 @@ import Synchronization
     /// Runs `action` once `timer` has ended (cancelled, finished, or shut down with its
     /// backend) and no call of its handler, nor a task it started, is running: at once if that
     /// is so already. `action` runs outside the lock, on the thread that completed the
-    /// condition; it must be quick (a continuation's resume).
-    func whenEnded(_ timer: TimerHandle, _ action: @escaping @Sendable () -> Void) {
+    /// condition; it must be quick (a continuation's resume). Returns a token for
+    /// `removeEndWaiter(_:of:)`, or nil when `action` has run already.
+    @discardableResult
+    func whenEnded(_ timer: TimerHandle, _ action: @escaping @Sendable () -> Void) -> UInt64? {
         mutex.lock()
         guard !hasEndedAndIdleLocked(timer) else {
             mutex.unlock()
             action()
-            return
+            return nil
         }
         let extras = timer.extras ?? TimerExtras()
-        extras.endWaiters.append(action)
+        nextWaiterToken &+= 1
+        let token = nextWaiterToken
+        extras.endWaiters.append(EndWaiter(token: token, action: action))
         timer.extras = extras
         mutex.unlock()
+        return token
+    }
+
+    /// Takes back the action `whenEnded` returned `token` for, if it has not run (a waiter
+    /// that gave up: its task was cancelled). It is released after unlocking.
+    func removeEndWaiter(_ token: UInt64, of timer: TimerHandle) {
+        mutex.lock()
+        var removed: [EndWaiter] = []
+        if let extras = timer.extras, let index = extras.endWaiters.firstIndex(where: { $0.token == token }) {
+            removed.append(extras.endWaiters.remove(at: index))
+        }
+        mutex.unlock()
+        withExtendedLifetime(removed) {}
     }
 
     // MARK: Tasks (scheduleTask)
@@ -330,7 +348,7 @@ import Synchronization
         withExtendedLifetime(observers) {}
         if finishedHandler != nil { registry.remove(timer) }
         if failure != nil { finishShutdown(stopped) }
-        for waiter in endWaiters { waiter() }
+        for waiter in endWaiters { waiter.action() }
     }
 
     /// An ended timer never fires again: its observers go too (released by the caller after
@@ -440,7 +458,7 @@ import Synchronization
         let timer: TimerHandle
         var handler: (@Sendable (Tick) -> Void)? = nil
         var observers: [TimerObserver] = []
-        var endWaiters: [@Sendable () -> Void] = []
+        var endWaiters: [EndWaiter] = []
         var leavesRegistry = false
     }
 
@@ -520,7 +538,7 @@ import Synchronization
         mutex.unlock()
         guard hasWrapUp else { return }
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
-        for item in released { for waiter in item.endWaiters { waiter() } }
+        for item in released { for waiter in item.endWaiters { waiter.action() } }
         released.removeAll(keepingCapacity: true)
         if failure != nil { finishShutdown(stopped) }
         if !batch.isEmpty {

@@ -12,7 +12,10 @@ extension TimerBackend {
     /// runs, and `missedTicks` decides what the next iteration gets. `.skip` (the default)
     /// delivers the latest due tick with `Tick/missed` counting the ones passed over — never a
     /// queue of stale ticks; `.burst` delivers every one, back to back; `.delay` restarts the
-    /// grid from the late tick.
+    /// grid from the late tick. If the timer is resumed from outside while the body runs (by
+    /// name, or `TimerRegistry/resumeAll()`), the tick that comes meanwhile is kept for the next
+    /// iteration, and one that comes after it replaces it and counts it in `missed`: a tick's
+    /// `index` never jumps by more than its `missed` count allows.
     ///
     /// The sequence ends when its timer does: a counted schedule's last tick, a cancel (by
     /// name through the registry, too), or its backend shutting down. Ending the iteration
@@ -48,7 +51,11 @@ public struct TimerTicks: AsyncSequence, Sendable {
 
     /// Delivers the ticks; releasing it (the loop ended, by `break` or otherwise) cancels the
     /// timer, even while the sequence itself is still around.
-    public struct Iterator: AsyncIteratorProtocol, Sendable {
+    ///
+    /// It is not `Sendable`: one task iterates. Calling `next()` from two tasks at once (copies
+    /// made through unsafe means) stops the program with a message, rather than leaving one
+    /// of them waiting forever.
+    public struct Iterator: AsyncIteratorProtocol {
         fileprivate let iteration: Iteration?
 
         public mutating func next() async -> Tick? {
@@ -70,17 +77,26 @@ public struct TimerTicks: AsyncSequence, Sendable {
     }
 }
 
+@available(*, unavailable, message: "one task iterates a TimerTicks; hand the sequence over, not its iterator")
+extension TimerTicks.Iterator: Sendable {}
+
 /// The timer of a `TimerTicks` and the one consumer waiting for its next tick.
 ///
 /// Between ticks the timer is suspended; `next()` resumes it and waits, and the handler
 /// suspends it again as it hands the tick over. So the core's missed-tick policy sees the
 /// consumer's slowness as the lateness of a handler, and no tick is ever queued.
+///
+/// A tick that comes while no consumer waits (the timer was resumed from outside, by
+/// `resumeAll()` or by name, while the loop body ran) is kept for the next `next()`. If a
+/// second one comes before that, the newer is kept and counts the older in its `missed`: the
+/// indices a consumer sees and their `missed` counts always add up.
 private final class TickStream: @unchecked Sendable {
     // @unchecked: the mutable fields are touched only while holding `mutex`, except `timer`,
     // set once in `start` before the stream is shared.
     private let mutex = PThreadMutex()
     private(set) var timer: TimerHandle!
     private var waiting: UnsafeContinuation<Tick?, Never>?
+    private var kept: Tick?
     private var hasEnded = false
     private var isClaimed = false
 
@@ -102,10 +118,21 @@ private final class TickStream: @unchecked Sendable {
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Tick?, Never>) in
                 mutex.lock()
+                if let tick = kept, !Task.isCancelled {
+                    kept = nil
+                    mutex.unlock()
+                    continuation.resume(returning: tick)
+                    return
+                }
                 guard !hasEnded, !Task.isCancelled else {
                     mutex.unlock()
                     continuation.resume(returning: nil)
                     return
+                }
+                if waiting != nil {
+                    mutex.unlock()
+                    preconditionFailure(
+                        "TimerTicks: next() was called while another call of it was waiting; an iterator belongs to one task")
                 }
                 waiting = continuation
                 mutex.unlock()
@@ -123,6 +150,13 @@ private final class TickStream: @unchecked Sendable {
         mutex.lock()
         let continuation = waiting
         waiting = nil
+        if continuation == nil {
+            // Resumed from outside while the consumer was busy: keep the tick for it.
+            let passedOver = kept.map { $0.missed + 1 } ?? 0
+            kept = Tick(
+                index: tick.index, scheduled: tick.scheduled, actual: tick.actual, missed: tick.missed + passedOver,
+                interval: tick.interval, timer: tick.timer)
+        }
         mutex.unlock()
         continuation?.resume(returning: tick)
     }

@@ -421,10 +421,37 @@ extension ConformanceTests {
                 }
             }
             #expect(await waitForAsync { h.registry.count == 1 })
+            // The sleep is registered inside the task's first job, before the task suspends. A
+            // job queued behind it on the loop runs once that job is over: then the task waits.
+            await Task(executorPreference: backend.taskExecutor) {}.value
             backend.shutdown()
             #expect(await sleeping.value == "\(TimerError.backendShutDown(backend: backend.name)) on loop: false")
             // A task started after the shutdown runs too.
             #expect(await Task(executorPreference: backend.taskExecutor) { 42 }.value == 42)
+        }
+
+        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
+        func aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            let inJob = DispatchSemaphore(value: 0)
+            let finished = Locked(false)
+            let job = Task(executorPreference: backend.taskExecutor) { () -> Bool in
+                inJob.signal()
+                blockRealTime(ms(50))  // a job that takes a while, shut down from outside meanwhile
+                finished.withLock { $0 = true }
+                return backend.scheduler.isOnLoop
+            }
+            let shutdownSawItFinished = Locked<Bool?>(nil)
+            onBackgroundThread {
+                inJob.wait()
+                backend.shutdown()
+                shutdownSawItFinished.withLock { $0 = finished.current }
+            }
+            #expect(await job.value, "the job finished on the loop")
+            #expect(await waitForAsync { shutdownSawItFinished.current != nil })
+            #expect(shutdownSawItFinished.current == true, "shutdown() returned before the running job did")
         }
 
         @Test(arguments: BackendKind.allCases.filter(\.isRealTime))

@@ -48,9 +48,10 @@ extension TimerBackend {
     /// global executor costs (see the bench's `async` scenario for the difference). The rules
     /// are a handler's: what runs there holds the loop's other timers back until it suspends,
     /// so it must not block. Jobs queued while a batch runs wait for the next wake-up, so a
-    /// task that keeps yielding cannot starve the timers. Once the backend has shut down,
-    /// such tasks carry on on the global executor. On a `ManualBackend` this is its
-    /// `ManualBackend/taskExecutor`.
+    /// task that keeps yielding cannot starve the timers. When the backend shuts down, a job
+    /// of such a task that is running on the loop finishes there (`shutdown()` called from
+    /// another thread waits for it), and the task's later jobs run on the global executor. On
+    /// a `ManualBackend` this is its `ManualBackend/taskExecutor`.
     public var taskExecutor: any TaskExecutor { scheduler.taskExecutor ?? scheduler }
 
     /// Schedules `handler` to run on the backend's loop according to `schedule`.

@@ -66,3 +66,41 @@ struct ShutdownTests {
         }
     }
 }
+
+@Suite("ManualBackend from several threads")
+struct ManualThreadingTests {
+    @Test func advanceCallsFromTwoThreadsTakeTurns() throws {
+        try withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
+            let order = Locked<[String]>([])
+            let inHandler = DispatchSemaphore(value: 0)
+            let letGo = DispatchSemaphore(value: 0)
+            try clock.schedule(.after(ms(10))) { _ in
+                order.withLock { $0.append("first handler begins") }
+                inHandler.signal()
+                letGo.wait()
+                order.withLock { $0.append("first handler ends") }
+            }
+            try clock.schedule(.after(ms(30))) { _ in order.withLock { $0.append("at 30 ms") } }
+            let done = DispatchSemaphore(value: 0)
+            onBackgroundThread {
+                clock.advance(by: ms(10))
+                done.signal()
+            }
+            inHandler.wait()
+            onBackgroundThread {
+                clock.advance(by: ms(30))  // waits for the first call's turn to end
+                done.signal()
+            }
+            blockRealTime(ms(20))
+            // While a handler runs, other threads use the backend freely: no lock of it is held.
+            try clock.schedule(.after(ms(5))) { _ in order.withLock { $0.append("at 15 ms") } }
+            #expect(clock.registry.count == 3)
+            letGo.signal()
+            done.wait()
+            done.wait()
+            #expect(order.current == ["first handler begins", "first handler ends", "at 15 ms", "at 30 ms"])
+        }
+    }
+}

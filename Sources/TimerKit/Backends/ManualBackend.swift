@@ -14,13 +14,21 @@ import Glibc
 /// advance(by:)` fires what came due and returns once those tasks have all finished or are
 /// suspended again — no `Task.yield` loops, sleeps or time-outs. See the "Testing with
 /// ManualBackend" article.
+///
+/// Handlers run on the thread that calls `advance`, and no TimerKit lock is held while they
+/// run. Calls of `advance` from different threads take turns: one made while another
+/// thread's call is running handlers waits until that call returns, then fires what is still
+/// due. So a handler must not wait for another thread that advances the same backend (that
+/// thread waits for the handler's `advance` to return); a handler that calls `advance` itself
+/// moves the clock without waiting (see `advance(to:)`).
 public final class ManualBackend: TimerBackend, @unchecked Sendable {
-    // @unchecked: `wakeRequest` and `advancingThread` are guarded by `mutex`; the clock
-    // guards itself.
+    // @unchecked: `wakeRequest`, `wakeFailure` and `advancingThread` are guarded by `mutex`;
+    // the clock guards itself.
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
     private let mutex = PThreadMutex()
-    private let advancing = PThreadMutex()
+    /// Broadcast when an `advance` call ends its turn.
+    private let turnEnded = PThreadCondition()
     private let clock: VirtualClock
     private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?
@@ -115,17 +123,21 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     }
 
     private func advanceSynchronously(to deadline: MonotonicInstant) {
-        let reentrant = mutex.withLock {
-            guard let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 else { return false }
-            clock.move(to: deadline)
-            return true
+        mutex.lock()
+        if let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 {
+            clock.move(to: deadline)  // from a handler: what comes due fires after it returns
+            mutex.unlock()
+            return
         }
-        if reentrant { return }
-        advancing.lock()
-        mutex.withLock { advancingThread = pthread_self() }
+        // Another thread's turn: wait for it without holding anything while its handlers run.
+        while advancingThread != nil { turnEnded.wait(mutex) }
+        advancingThread = pthread_self()
+        mutex.unlock()
         defer {
-            mutex.withLock { advancingThread = nil }
-            advancing.unlock()
+            mutex.withLock {
+                advancingThread = nil
+                turnEnded.broadcast()
+            }
         }
         while true {
             let next = mutex.withLock { wakeRequest }

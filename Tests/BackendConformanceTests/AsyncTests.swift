@@ -4,7 +4,7 @@ import Testing
 import TimerKitTestSupport
 
 extension ConformanceTests {
-    /// The Swift Concurrency surface — the `Clock`, `ticks` and `scheduleTask` — on every
+    /// The Swift Concurrency surface — the `Clock`, `ticks` and `scheduleAsync` — on every
     /// backend configuration.
     @Suite("Swift Concurrency")
     struct Concurrency {
@@ -229,7 +229,7 @@ extension ConformanceTests {
             #expect(fromFirst?.index == 0)
         }
 
-        // MARK: scheduleTask
+        // MARK: scheduleAsync
 
         @Test(arguments: BackendKind.allCases)
         func repeatsOfATaskAreFixedDelayAndNeverOverlap(_ kind: BackendKind) async throws {
@@ -239,7 +239,7 @@ extension ConformanceTests {
             let inFlight = Locked(0)
             let overlaps = Counter()
             let clock = h.backend.clock
-            let timer = try h.backend.scheduleTask(.every(ms(5), count: 3), name: "task") { _ in
+            let timer = try h.backend.scheduleAsync(.every(ms(5), count: 3), name: "task") { _ in
                 if inFlight.withLock({
                     $0 += 1
                     return $0
@@ -272,7 +272,7 @@ extension ConformanceTests {
             let sawCancellation = Locked(false)
             let returned = Locked(false)
             let clock = h.backend.clock
-            let timer = try h.backend.scheduleTask(.every(ms(5))) { _ in
+            let timer = try h.backend.scheduleAsync(.every(ms(5))) { _ in
                 started.increment()
                 do { try await clock.sleep(for: .seconds(3600)) } catch { sawCancellation.withLock { $0 = Task.isCancelled } }
                 returned.withLock { $0 = true }
@@ -339,7 +339,7 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ran = Locked(false)
-            let timer = try h.backend.scheduleTask(.after(ms(2))) { @MainActor _ in
+            let timer = try h.backend.scheduleAsync(.after(ms(2))) { @MainActor _ in
                 // The runtime's own check (it traps off the main actor's executor; under
                 // `swift test` on Linux that executor is not the main thread, so
                 // Thread.isMainThread cannot tell).

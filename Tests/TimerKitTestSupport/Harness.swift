@@ -154,7 +154,7 @@ public final class Harness: Sendable {
         await manual.settle()
         var waited = Duration.zero
         while !done.current && waited < timeout {
-            await manual.advance(by: .milliseconds(1))
+            await manual.advanceAndSettle(by: .milliseconds(1))
             waited += .milliseconds(1)
         }
         if !done.current { task.cancel() }

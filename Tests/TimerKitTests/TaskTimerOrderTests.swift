@@ -4,7 +4,7 @@ import TimerKitTestSupport
 
 @_spi(BackendImplementation) @testable import TimerKit
 
-/// `scheduleTask` timers end in one of two places: where their handler call is settled, or
+/// `scheduleAsync` timers end in one of two places: where their handler call is settled, or
 /// where their task returns, whichever comes last. These tests force the orders a race takes.
 @Suite("Task timers: the orders of a call and its task")
 struct TaskTimerOrderTests {
@@ -15,7 +15,7 @@ struct TaskTimerOrderTests {
             let manual = ManualBackend()
             defer { manual.shutdown() }
             let ended = DispatchSemaphore(value: 0)
-            let timer = try manual.scheduleTask(.after(.milliseconds(1))) { _ in }
+            let timer = try manual.scheduleAsync(.after(.milliseconds(1))) { _ in }
             try timer.addObserver(
                 TimerObserver(didFire: { tick, _ in
                     // Still inside the call; the task runs on the test executor's own thread.

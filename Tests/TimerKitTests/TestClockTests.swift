@@ -77,16 +77,16 @@ struct TestClockTests {
         let field = SearchField(clock: clock.clock)
         let running = Task(executorPreference: clock.taskExecutor) { await field.run() }
         field.type("s")
-        await clock.advance(by: .milliseconds(200))
+        await clock.advanceAndSettle(by: .milliseconds(200))
         field.type("sw")
-        await clock.advance(by: .milliseconds(200))
+        await clock.advanceAndSettle(by: .milliseconds(200))
         field.type("swift")
-        await clock.advance(by: .milliseconds(299))
+        await clock.advanceAndSettle(by: .milliseconds(299))
         #expect(await field.queries == [], "still typing, as far as the field can tell")
-        await clock.advance(by: .milliseconds(1))
+        await clock.advanceAndSettle(by: .milliseconds(1))
         #expect(await field.queries == ["swift"])
         field.close()
-        await clock.advance(by: .seconds(1))
+        await clock.advanceAndSettle(by: .seconds(1))
         await running.value
         #expect(await field.queries == ["swift"])
     }
@@ -106,11 +106,11 @@ struct TestClockTests {
         }
         await clock.settle()
         #expect(attempts.current == [start], "the first attempt runs at once")
-        await clock.advance(by: .milliseconds(999))
+        await clock.advanceAndSettle(by: .milliseconds(999))
         #expect(attempts.current.count == 1)
-        await clock.advance(by: .milliseconds(1))
+        await clock.advanceAndSettle(by: .milliseconds(1))
         #expect(attempts.current.count == 2)
-        await clock.advance(by: .seconds(6))
+        await clock.advanceAndSettle(by: .seconds(6))
         #expect(attempts.current.map { $0 - start } == [.zero, .seconds(1), .seconds(3), .seconds(7)])
         try await retrying.value
     }
@@ -128,9 +128,9 @@ struct TestClockTests {
                 wakes.withLock { $0.append(clock.now() - start) }
             }
         }
-        await clock.advance(by: .milliseconds(350))
+        await clock.advanceAndSettle(by: .milliseconds(350))
         #expect(wakes.current == [.milliseconds(100), .milliseconds(200), .milliseconds(300)])
-        await clock.advance(by: .seconds(1))
+        await clock.advanceAndSettle(by: .seconds(1))
         await task.value
         #expect(wakes.current.count == 5)
     }

@@ -7,7 +7,7 @@ final class TimerExtras {
     var observers: [TimerObserver] = []
     /// Run once the timer has ended and nothing of it runs any more (`whenEnded`).
     var endWaiters: [EndWaiter] = []
-    /// The handler starts a task (`scheduleTask`): a repeat is re-queued when the task
+    /// The handler starts a task (`scheduleAsync`): a repeat is re-queued when the task
     /// returns (fixed delay), not when the handler does.
     var runsTasks = false
     /// Tasks of this timer that have started and not returned.

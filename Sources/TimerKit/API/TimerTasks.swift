@@ -2,7 +2,7 @@ extension TimerBackend {
     /// Schedules an `async` operation, which may be isolated to an actor:
     ///
     /// ```swift
-    /// try backend.scheduleTask(.every(.seconds(1)), name: "status") { @MainActor tick in
+    /// try backend.scheduleAsync(.every(.seconds(1)), name: "status") { @MainActor tick in
     ///     statusBar.show(await fetchStatus())
     /// }
     /// ```
@@ -17,9 +17,9 @@ extension TimerBackend {
     /// `shutdown()` does not wait for a running task.
     ///
     /// On a `ManualBackend` the tasks run on its `taskExecutor`, so that a test's
-    /// `await advance(by:)` sees them finish.
+    /// `await advanceAndSettle(by:)` sees them finish.
     @discardableResult
-    public func scheduleTask(
+    public func scheduleAsync(
         _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
         operation: @escaping @Sendable @isolated(any) (Tick) async -> Void
     ) throws(TimerError) -> TimerHandle {

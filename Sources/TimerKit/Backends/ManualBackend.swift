@@ -11,7 +11,7 @@ import Glibc
 ///
 /// It is also a deterministic test clock for `async` code: hand `clock` (a `Clock<Duration>`)
 /// to the code under test, run that code's tasks on `taskExecutor`, and `await
-/// advance(by:)` fires what came due and returns once those tasks have all finished or are
+/// advanceAndSettle(by:)` fires what came due and returns once those tasks have all finished or are
 /// suspended again — no `Task.yield` loops, sleeps or time-outs. See the "Testing with
 /// ManualBackend" article.
 ///
@@ -51,8 +51,8 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// `Task(executorPreference: clock.taskExecutor) { ... }` or inside
     /// `withTaskExecutorPreference(clock.taskExecutor) { ... }` (their structured children,
     /// `async let` and task groups, inherit it; an unstructured `Task {}` does not), and
-    /// `settle()` and `await advance(by:)` wait for them.
-    /// Tasks of `scheduleTask` on this backend run there too. Tasks isolated to an actor (such
+    /// `settle()` and `advanceAndSettle(by:)` wait for them.
+    /// Tasks of `scheduleAsync` on this backend run there too. Tasks isolated to an actor (such
     /// as the main actor) run on that actor instead, and are not waited for.
     public var taskExecutor: ManualTaskExecutor { executor }
 
@@ -89,13 +89,16 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// again. So a resumed task runs at the virtual time it woke at, and the timers it
     /// schedules within the window fire too, each at its own time. It returns with the clock
     /// at the target and every task on `taskExecutor` finished or suspended.
-    public func advance(by duration: Duration) async {
-        await advance(to: clock.now + max(duration, .zero))
+    ///
+    /// Unlike `advance(by:)`, which fires handlers and returns, it waits for the tasks that
+    /// the fired timers resume, so it is `async`; call it from the test, not from a handler.
+    public func advanceAndSettle(by duration: Duration) async {
+        await advanceAndSettle(to: clock.now + max(duration, .zero))
     }
 
-    /// Moves virtual time to `deadline` for code running on `taskExecutor`, as the async
-    /// `advance(by:)` does.
-    public func advance(to deadline: MonotonicInstant) async {
+    /// Moves virtual time to `deadline` for code running on `taskExecutor`, as
+    /// `advanceAndSettle(by:)` does.
+    public func advanceAndSettle(to deadline: MonotonicInstant) async {
         await settle()
         while true {
             let next = mutex.withLock { wakeRequest }

@@ -28,7 +28,7 @@ import Synchronization
     public let registry: TimerRegistry
     /// The clock deadlines are read on.
     public let clock: SchedulerClock
-    /// Where tasks started for this scheduler's timers run (`scheduleTask`), if not on the
+    /// Where tasks started for this scheduler's timers run (`scheduleAsync`), if not on the
     /// global executor: a `ManualBackend`'s, so that tests can wait for them.
     public let taskExecutor: (any TaskExecutor)?
 
@@ -117,7 +117,7 @@ import Synchronization
     // MARK: Scheduling
 
     /// Registers and queues a timer. `startSuspended` registers it suspended (a `ticks`
-    /// sequence resumes it when its consumer asks); `runsTasks` marks a `scheduleTask` timer.
+    /// sequence resumes it when its consumer asks); `runsTasks` marks a `scheduleAsync` timer.
     func schedule(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
         target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
@@ -304,7 +304,7 @@ import Synchronization
         withExtendedLifetime(removed) {}
     }
 
-    // MARK: Tasks (scheduleTask)
+    // MARK: Tasks (scheduleAsync)
 
     /// Called by a task timer's handler, during its call: a task of it is starting.
     func taskStarted(_ timer: TimerHandle, _ task: Task<Void, Never>) {

@@ -320,8 +320,8 @@ public final class DisplayLink: Sendable {
         try handle.reschedule(Self.schedule(on: source, divisor: divisor))
     }
 
-    /// Ends the link: once it returns no new callback begins (one already running may
-    /// finish; `handle.cancelAndWait()` waits for it). Idempotent; safe from inside its own
+    /// Ends the link: once it returns no new callback is begun (one already begun may still
+    /// run; `handle.cancelAndWait()` waits for it). Idempotent; safe from inside its own
     /// callback.
     public func invalidate() { handle.cancel() }
 

@@ -4,7 +4,7 @@ import Testing
 @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
-/// The contract of DESIGN.md, checked on every backend configuration. Real-time backends
+/// The contract every backend meets, checked on every backend configuration. Real-time backends
 /// are checked for ordering and generous bounds only; exact timing is checked on Manual.
 /// Every test runs under the harness's watchdog, so a hang fails in seconds.
 @Suite("Backend conformance")
@@ -249,6 +249,34 @@ struct ConformanceTests {
         #expect(entered.wait(timeout: .now() + .seconds(10)) == .success)
         timer.cancelAndWait()
         #expect(finished.current, "cancelAndWait returned while the handler was still running")
+    }
+
+    /// A call the loop has begun (here: its observer's `willFire` is running) is not stopped by
+    /// `cancel()`: the handler may still start after `cancel()` returns, as the docs say.
+    /// `cancelAndWait()` is the one that waits for it.
+    @Test(arguments: BackendKind.allCases)
+    func aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt(_ kind: BackendKind) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let inWillFire = DispatchSemaphore(value: 0)
+        let letGo = DispatchSemaphore(value: 0)
+        let handlerRan = Locked(false)
+        let timer = try h.backend.schedule(.after(ms(1))) { _ in
+            blockRealTime(ms(20))
+            handlerRan.withLock { $0 = true }
+        }
+        try timer.addObserver(
+            TimerObserver(willFire: { _ in
+                inWillFire.signal()
+                letGo.wait()
+            }))
+        h.driveInBackground(for: ms(5))
+        #expect(inWillFire.wait(timeout: .now() + .seconds(10)) == .success)
+        timer.cancel()
+        #expect(!handlerRan.current)
+        letGo.signal()
+        timer.cancelAndWait()
+        #expect(handlerRan.current, "cancelAndWait() returned before the call already begun had run its handler")
     }
 
     @Test(arguments: BackendKind.allCases)

@@ -114,13 +114,14 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         return target.object == nil
     }
 
-    /// Stops the timer. Idempotent; never throws. After it returns no new handler call
-    /// begins (one already running may still finish: see `cancelAndWait()`).
+    /// Stops the timer. Idempotent; never throws. Once it returns, the loop begins no new call
+    /// of the handler; a call it had already begun (running the observers' `willFire` hooks,
+    /// or the handler) may still run the handler and finish: `cancelAndWait()` waits for it.
     public func cancel() { scheduler.cancel(self, finalState: .cancelled) }
 
-    /// Cancels, then waits until a handler call of this timer that is already running has
-    /// returned: once it returns, no handler of this timer is running or will run. Called from
-    /// inside that handler it returns at once instead of deadlocking.
+    /// Cancels, then waits until a call of this timer's handler that the loop had already begun
+    /// has returned: once it returns, no handler of this timer is running or about to start,
+    /// and none will. Called from inside that handler it returns at once instead of deadlocking.
     public func cancelAndWait() {
         cancel()
         scheduler.waitUntilIdle(self)

@@ -1,9 +1,11 @@
+import Dispatch
+import Glibc
 import NIOCore
 import NIOEmbedded
 import NIOPosix
 import Testing
-import TimerKit
-import TimerKitNIO
+@_spi(BackendImplementation) import TimerKit
+@testable import TimerKitNIO
 import TimerKitTestSupport
 
 @Suite("TimerKitNIO")
@@ -93,6 +95,89 @@ extension NIOBackendTests {
             #expect(fired.current == [0, 1])
             backend.shutdown()
             await loop.shutdownGracefully()
+        }
+    }
+}
+
+/// The driver contract on NIO: `wake(at:)` never waits for the loop, moving the wake-up never
+/// cancels a NIO callback, and a loop that shuts down first is noticed, never called again.
+@Suite("NIOBackend's wake-up")
+struct NIOWakeUpTests {
+    /// A handler runs on a `NIOAsyncTestingEventLoop` (driven by `advanceTime`) while another
+    /// thread schedules a timer: that schedule must not wait for the loop, which is busy with
+    /// the handler (it used to, under the scheduler's lock, and the two waited for each other).
+    @Test func aScheduleFromAnotherThreadNeverWaitsForTheLoop() async throws {
+        try await withWatchdog(seconds: 20) {
+            let loop = NIOAsyncTestingEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            let scheduledMeanwhile = DispatchSemaphore(value: 0)
+            let earlierFired = Locked(false)
+            let outcome = Locked<String?>(nil)
+            try backend.schedule(.after(.seconds(10))) { _ in
+                onBackgroundThread {
+                    _ = try? backend.schedule(.after(.milliseconds(1))) { _ in earlierFired.withLock { $0 = true } }
+                    scheduledMeanwhile.signal()
+                }
+                let waited = scheduledMeanwhile.wait(timeout: .now() + .seconds(5))
+                outcome.withLock { $0 = waited == .success ? "returned" : "waited for the loop" }
+            }
+            await loop.advanceTime(by: .seconds(10))
+            #expect(outcome.current == "returned")
+            await loop.advanceTime(by: .milliseconds(1))
+            #expect(earlierFired.current, "the deadline recorded off the loop was applied on it")
+            backend.shutdown()
+            await loop.shutdownGracefully()
+        }
+    }
+
+    /// Re-arming after a fire, and moving the wake-up earlier, schedule a new NIO callback and
+    /// let the old one fire as a no-op: NIO's cancel searches its whole task queue.
+    @Test func movingTheWakeUpNeverCancelsANIOCallback() throws {
+        try withWatchdog {
+            let loop = EmbeddedEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let fires = Counter()
+            try backend.schedule(.every(.milliseconds(1))) { _ in fires.increment() }
+            for _ in 0..<100 { loop.advanceTime(by: .milliseconds(1)) }
+            #expect(fires.current == 100)
+            let earlier = Counter()
+            for step in 0..<50 {
+                try backend.schedule(.after(.microseconds(900 - step))) { _ in earlier.increment() }
+            }
+            loop.advanceTime(by: .milliseconds(1))
+            #expect(earlier.current == 50)
+            #expect(fires.current == 101)
+            #expect(backend.cancelledCallbackCount == 0)
+            backend.registry.cancelAll()  // the heap empties: the only cancel, to disarm
+            #expect(backend.cancelledCallbackCount == 1)
+        }
+    }
+
+    /// With `SWIFTNIO_STRICT` set, NIO stops the program when work reaches a loop that has shut
+    /// down. A backend whose loop shuts down first (with timers, or with none) shuts down with
+    /// `loopFailed` and never calls that loop again.
+    @Test func aLoopThatShutsDownFirstEndsItsBackendsUnderStrictNIO() async {
+        await #expect(processExitsWith: .success) {
+            setenv("SWIFTNIO_STRICT", "1", 1)
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            let busy = NIOBackend(on: group.next(), registry: TimerRegistry())
+            let idle = NIOBackend(on: group.next(), registry: TimerRegistry())
+            let timer = try busy.schedule(.every(.seconds(3600))) { _ in }
+            try await group.shutdownGracefully()
+            for backend in [busy, idle] {
+                guard waitFor(.seconds(10), { backend.scheduler.hasShutDown }) else { exit(10) }
+                do throws(TimerError) {
+                    try backend.schedule(.after(.seconds(1))) { _ in }
+                    exit(11)
+                } catch {
+                    guard case .loopFailed(backend: "nio", cause: _) = error else { exit(12) }
+                }
+            }
+            guard timer.currentState == .cancelled else { exit(13) }
+            busy.shutdown()
+            idle.shutdown()
+            exit(0)
         }
     }
 }

@@ -76,6 +76,10 @@ struct TimerKitBench: ParsableCommand {
     @Option(help: "Tolerance of each fan-out timer, e.g. 1ms (default 0: every timer wakes the loop on its own).")
     var tolerance: String = "0"
 
+    @Option(
+        help: "NIO tasks an hour away to keep on every NIO loop measured (nio and nio-raw), as a server's connections keep theirs.")
+    var nioBackgroundTasks = 0
+
     @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput and fan-out.")
     var noRaw = false
 
@@ -105,6 +109,9 @@ struct TimerKitBench: ParsableCommand {
         guard seconds.isFinite && seconds > 0 && seconds <= 3600 else {
             throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))")
         }
+        guard (0...10_000_000).contains(nioBackgroundTasks) else {
+            throw ValidationError("--nio-background-tasks must be in 0...10000000 (got \(nioBackgroundTasks))")
+        }
         guard fanoutTolerance != nil else {
             throw ValidationError("--tolerance must be 0 or a duration such as 500us or 1ms (got '\(tolerance)')")
         }
@@ -121,6 +128,8 @@ struct TimerKitBench: ParsableCommand {
             }
             return
         }
+        nioBackgroundTaskCount.store(nioBackgroundTasks, ordering: .relaxed)
+        addNIOBackgroundTasks(to: benchEventLoopGroup.next())
         let seconds = quick ? 0.3 : self.seconds
         let sizes = quick ? [10_000] : timers.isEmpty ? [1_000, 10_000, 100_000] : timers.sorted()
         let selected = backendNames.isEmpty ? allBackends : allBackends.filter { backendNames.contains($0.name) }
@@ -166,7 +175,7 @@ struct TimerKitBench: ParsableCommand {
                 }
             }
         }
-        let report = BenchReport(machine: .current(), results: results)
+        let report = BenchReport(machine: .current(), nioBackgroundTasks: nioBackgroundTasks, results: results)
         print(json ? try report.json() : report.table())
         if let html {
             do {

@@ -1,10 +1,22 @@
 import Dispatch
 import NIOCore
 import NIOPosix
+import Synchronization
 import TimerKit
 
 /// The loop the `nio` backend (TimerKit on SwiftNIO) runs on: one thread, as `nio-raw`'s.
 let benchEventLoopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+/// NIO tasks an hour away that the bench keeps on every NIO loop it measures
+/// (`--nio-background-tasks`), as a server's loop holds its connections' own timeouts.
+let nioBackgroundTaskCount = Atomic<Int>(0)
+
+/// Schedules the background tasks on `loop`; they never fire during a run.
+func addNIOBackgroundTasks(to loop: any EventLoop) {
+    let count = nioBackgroundTaskCount.load(ordering: .relaxed)
+    guard count > 0 else { return }
+    for _ in 0..<count { loop.scheduleTask(in: .hours(1)) {} }
+}
 
 /// `nio-raw`: SwiftNIO's own timers on a one-thread `MultiThreadedEventLoopGroup`, as a NIO
 /// server uses them, with no TimerKit code. Its deadlines are CLOCK_MONOTONIC on Linux, as
@@ -16,6 +28,7 @@ enum NIOPeer {
     static func withLoop<R>(_ body: (any EventLoop) throws -> R) throws -> R {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         defer { try? group.syncShutdownGracefully() }
+        addNIOBackgroundTasks(to: group.next())
         return try body(group.next())
     }
 
@@ -68,6 +81,7 @@ enum NIOPeer {
     static func fanout(timers: Int, period: Int64, seconds: Double) throws -> FanoutResult {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
+        addNIOBackgroundTasks(to: loop)
         let recorder = LatencyRecorder()
         let start = MonotonicInstant.now().nanoseconds + 50_000_000
         for _ in 0..<timers {

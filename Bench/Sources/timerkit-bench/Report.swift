@@ -49,6 +49,8 @@ enum BenchResult: Encodable {
 
 struct BenchReport: Encodable {
     var machine: MachineInfo
+    /// NIO tasks an hour away kept on every NIO loop measured (`--nio-background-tasks`).
+    var nioBackgroundTasks: Int
     var results: [BenchResult]
 
     func json() throws -> String {
@@ -61,6 +63,7 @@ struct BenchReport: Encodable {
 
     func table() -> String {
         var out = "TimerKit bench on \(machine.cpu), \(machine.cores) cores, Linux \(machine.kernel)\n"
+        if nioBackgroundTasks > 0 { out += "every NIO loop (nio, nio-raw) also held \(nioBackgroundTasks) NIO tasks an hour away\n" }
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         if !latency.isEmpty {
             // Read every figure against the floor when it ran, else against the best backend.

@@ -23,9 +23,10 @@ import Synchronization
 /// virtual time (`EventLoop.now`), so a test moves TimerKit's timers with `advanceTime(by:)`.
 ///
 /// Shut the backend down before the loop's group. If the loop shuts down first, the backend
-/// learns it when the loop cancels the callbacks it keeps there (the loop of a
-/// `MultiThreadedEventLoopGroup`, `EmbeddedEventLoop` and `NIOAsyncTestingEventLoop` all do),
-/// and shuts down with `TimerError.loopFailed(backend:cause:)`: its timers end and `schedule`
+/// learns it when the loop cancels the callbacks it keeps there (on a
+/// `MultiThreadedEventLoopGroup`'s loop it always keeps one, so that a backend with no timers
+/// learns it too; on `EmbeddedEventLoop` and `NIOAsyncTestingEventLoop`, the one for its next
+/// deadline tells it), and shuts down with `TimerError.loopFailed(backend:cause:)`: its timers end and `schedule`
 /// throws that error instead of reaching the dead loop. A `schedule` from another thread that
 /// races the loop's shutdown can still reach NIO after the loop stopped, which NIO reports
 /// (with `SWIFTNIO_STRICT` set, by stopping the program).

@@ -5,8 +5,9 @@ import NIOEmbedded
 import NIOPosix
 import Testing
 @_spi(BackendImplementation) import TimerKit
-@testable import TimerKitNIO
 import TimerKitTestSupport
+
+@testable import TimerKitNIO
 
 @Suite("TimerKitNIO")
 struct NIOBackendTests {
@@ -178,6 +179,37 @@ struct NIOWakeUpTests {
             busy.shutdown()
             idle.shutdown()
             exit(0)
+        }
+    }
+}
+
+extension NIOWakeUpTests {
+    @Test func anEmbeddedLoopThatShutsDownFirstEndsABackendWithATimer() throws {
+        try withWatchdog {
+            let loop = EmbeddedEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+            try loop.syncShutdownGracefully()
+            #expect(backend.scheduler.hasShutDown)
+            #expect(timer.currentState == .cancelled)
+            #expect(throws: TimerError.self) { try backend.schedule(.after(.seconds(1))) { _ in } }
+        }
+    }
+
+    @Test func anAsyncTestingLoopThatShutsDownFirstEndsABackendWithATimer() async throws {
+        try await withWatchdog {
+            let loop = NIOAsyncTestingEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+            await loop.shutdownGracefully()
+            #expect(await waitForAsync { backend.scheduler.hasShutDown })
+            #expect(timer.currentState == .cancelled)
+            do throws(TimerError) {
+                try backend.schedule(.after(.seconds(1))) { _ in }
+                Issue.record("a backend whose loop has shut down accepted a timer")
+            } catch {
+                guard case .loopFailed = error else { throw error }
+            }
         }
     }
 }

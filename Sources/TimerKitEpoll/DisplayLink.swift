@@ -29,7 +29,7 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
     public var overruns = 0
 }
 
-/// A CADisplayLink-style vsync source for Linux: a periodic absolute timerfd at a refresh
+/// A CADisplayLink-style vsync source for Linux: an absolute timerfd on the grid of a refresh
 /// rate, on a dedicated thread at the highest priority the process may have (SCHED_FIFO
 /// where permitted, else nice -20, else normal; see `obtainedPriority`) with minimal timer
 /// slack. Frame k is due at `start + k·period` exactly, however long it runs.
@@ -37,8 +37,13 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// Links subscribe with a preferred frame rate, rounded to a divisor of the refresh rate as
 /// iOS does (60 Hz: 60, 30, 20, 15, ...). They are timers of this backend's scheduler (or,
 /// delivered elsewhere, of that backend's): they live in the registry and follow the same
-/// states, proxy and cancellation model. Like CADisplayLink, the source does not tick while
-/// it has no running link: its timerfd is disarmed and its thread sleeps.
+/// states, proxy and cancellation model. The thread wakes only for frames a running link
+/// takes: a 1 fps link on a 100 Hz source wakes it once a second. Like CADisplayLink, the
+/// source does not tick while it has no running link: its timerfd is disarmed and its
+/// thread sleeps.
+///
+/// A source is also a `TimerBackend`: a plain timer scheduled on it (not a link) keeps its
+/// own deadline, not the vsync grid, and runs on the vsync thread at its priority.
 ///
 /// ```swift
 /// let display = try DisplaySource.shared(refreshRate: 60)
@@ -48,8 +53,7 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// ```
 public final class DisplaySource: TimerBackend, @unchecked Sendable {
     // @unchecked: `timerFD`, `loop` and the figures below are set in init and never change;
-    // `isArmed` is touched only in `wake(at:)`, which the scheduler calls with its lock
-    // held; the counters are atomic.
+    // the counters and the armed deadline are atomic.
 
     /// The refresh rate, in Hz.
     public let refreshRate: Int
@@ -66,11 +70,12 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     private let timerFD: Int32
     private let loop: OwnedLoop
     private let counters = Counters()
-    private var isArmed = false
 
     private final class Counters: Sendable {
         let droppedVsyncs = Atomic<Int>(0)
-        let vsyncs = Atomic<Int>(0)
+        let wakeUps = Atomic<Int>(0)
+        /// The deadline the timerfd is armed for, in ns; `UInt64.max` when disarmed.
+        let armedFor = Atomic<UInt64>(.max)
     }
 
     // A pthread mutex rather than Synchronization.Mutex, which ThreadSanitizer misreads.
@@ -106,13 +111,14 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         self.scheduler = scheduler
         let started = StartSignal<(ObtainedPriority, Int32)>()
         let counters = self.counters
+        let periodNanoseconds = self.periodNanoseconds
         do throws(TimerError) {
             loop = try OwnedLoop(
                 { loop in
                     nameCurrentThread("TimerKit.vsync")
                     started.send((priority.applyToCurrentThread(minimalTimerSlack: true), ctk_gettid()))
                     do throws(TimerError) {
-                        try Self.runVsync(loop, fd: fd, counters: counters, scheduler: scheduler)
+                        try Self.runVsync(loop, fd: fd, period: periodNanoseconds, counters: counters, scheduler: scheduler)
                     } catch {
                         scheduler.fail(with: error)  // the timerfd stays open until shutdown()
                     }
@@ -127,11 +133,12 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
 
     deinit { shutdown() }
 
-    /// Vsyncs the thread itself was late for, counted from the timerfd's expiration count.
+    /// Vsyncs the thread itself was late for: when it wakes for a frame, the whole refresh
+    /// periods that have passed since that frame was due.
     public var droppedVsyncs: Int { counters.droppedVsyncs.load(ordering: .relaxed) }
-    /// Vsyncs that have occurred while the source was ticking (it does not tick with no
-    /// running link).
-    public var vsyncs: Int { counters.vsyncs.load(ordering: .relaxed) }
+    /// Times the vsync thread has woken for a deadline: a frame some running link takes, or a
+    /// plain timer's. It does not wake for frames no link takes.
+    public var wakeUps: Int { counters.wakeUps.load(ordering: .relaxed) }
 
     /// The frame rate a link asking for `preferred` frames per second gets: the refresh
     /// rate divided by the nearest whole divisor (0 means "as fast as the display").
@@ -178,12 +185,18 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         ) { _, frame in action(frame) }
     }
 
-    /// The first vsync at or after `instant` whose index is a multiple of `divisor`.
+    /// The first vsync at or after `instant` whose index is a multiple of `divisor`. The grid
+    /// runs both ways from `start`, so an instant of another clock (a `ManualBackend`'s virtual
+    /// time, far before `start`) gets the frame just after it, not `start`.
     func nextFrame(after instant: MonotonicInstant, divisor: Int) -> MonotonicInstant {
         let stride = periodNanoseconds * UInt64(divisor)
-        guard instant > start else { return start }
-        let frames = (instant.nanoseconds - start.nanoseconds + stride - 1) / stride
-        return MonotonicInstant(nanoseconds: start.nanoseconds + frames * stride)
+        let origin = start.nanoseconds
+        let time = instant.nanoseconds
+        guard time < origin else {
+            let frames = (time - origin).quotientAndRemainder(dividingBy: stride)
+            return MonotonicInstant(nanoseconds: origin + (frames.quotient + (frames.remainder > 0 ? 1 : 0)) * stride)
+        }
+        return MonotonicInstant(nanoseconds: origin - (origin - time) / stride * stride)
     }
 
     /// Ends every link, stops and joins the vsync thread and closes the timerfd.
@@ -194,30 +207,29 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         loop.stop { try? armTimerFD(fd, at: MonotonicInstant(nanoseconds: 1)) }
     }
 
-    private static func runVsync(_ loop: OwnedLoop, fd: Int32, counters: Counters, scheduler: TimerScheduler) throws(TimerError) {
+    private static func runVsync(
+        _ loop: OwnedLoop, fd: Int32, period: UInt64, counters: Counters, scheduler: TimerScheduler
+    ) throws(TimerError) {
         while !loop.isStopping {
             var expirations: UInt64 = 0
             try retryingInterrupts("read(timerfd)") { errnoResult(read(fd, &expirations, 8)) }
             if loop.isStopping { return }
-            counters.vsyncs.add(Int(expirations), ordering: .relaxed)
-            if expirations > 1 { counters.droppedVsyncs.add(Int(expirations - 1), ordering: .relaxed) }
+            counters.wakeUps.add(1, ordering: .relaxed)
+            let due = counters.armedFor.load(ordering: .relaxed)
+            let now = MonotonicInstant.now().nanoseconds
+            if due != .max && now > due { counters.droppedVsyncs.add(Int((now - due) / period), ordering: .relaxed) }
             scheduler.fireDueTimers()
         }
     }
 }
 
 @_spi(BackendImplementation) extension DisplaySource: TimerDriver {
-    /// Ticks while a link is due at all, and not otherwise: `.distantFuture` (no running
-    /// link) disarms the timerfd; any deadline arms it, periodic on the vsync grid.
+    /// Arms the timerfd for exactly `deadline`, once: links' deadlines are on the vsync grid,
+    /// so the thread wakes for the frames links take and for no other; a plain timer's
+    /// deadline is kept as it is. `.distantFuture` (nothing running) disarms it.
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        let wanted = deadline != .distantFuture
-        guard wanted != isArmed else { return }
-        if wanted {
-            try armTimerFD(timerFD, at: nextFrame(after: MonotonicInstant.now(), divisor: 1), period: periodNanoseconds)
-        } else {
-            try armTimerFD(timerFD, at: .distantFuture)
-        }
-        isArmed = wanted
+        try armTimerFD(timerFD, at: deadline)
+        counters.armedFor.store(deadline == .distantFuture ? .max : deadline.nanoseconds, ordering: .relaxed)
     }
 }
 
@@ -255,6 +267,9 @@ public final class DisplayLink: Sendable {
 
     /// The source this link follows.
     public let source: DisplaySource
+    /// The backend the callbacks run on: the source, or the one given as `deliverOn`. Its
+    /// clock times the link.
+    private let deliveringBackend: any TimerBackend
     /// The link's registry entry: suspend, resume and cancel it by name like any timer. It
     /// is a timer of the source, or of the backend the link delivers on.
     public let handle: TimerHandle
@@ -266,16 +281,17 @@ public final class DisplayLink: Sendable {
         action: @escaping @Sendable (Target?, DisplayFrame) -> Void
     ) throws(TimerError) {
         self.source = source
+        let backend: any TimerBackend = deliverOn ?? source
+        deliveringBackend = backend
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
         let core = LinkCore<Target>(action: action)
         readStatistics = { core.stats.current }
-        let schedule = Self.schedule(on: source, divisor: divisor)
+        let schedule = Self.schedule(on: source, divisor: divisor, clock: backend)
         // The tick carries the link's interval, so a rate change shows in the very next frame.
         let interval = source.period * divisor
         // Delivered elsewhere, the link is a timer of that backend on the vsync grid: its
         // loop's own wake-up times it, and pause, invalidate and dropped frames follow the
         // core's contract there (no frame is queued, none arrives after invalidate()).
-        let backend: any TimerBackend = deliverOn ?? source
         if let target {
             // The core's proxy: held weakly, and the link ends when the target goes.
             handle = try backend.schedule(schedule, target: target, name: name, missedTicks: .skip) { target, tick in
@@ -288,8 +304,9 @@ public final class DisplayLink: Sendable {
         }
     }
 
-    private static func schedule(on source: DisplaySource, divisor: Int) -> TimerSchedule {
-        let first = source.nextFrame(after: source.now() + .nanoseconds(1), divisor: divisor)
+    /// The link's grid, from the first frame after the delivering backend's present.
+    private static func schedule(on source: DisplaySource, divisor: Int, clock backend: any TimerBackend) -> TimerSchedule {
+        let first = source.nextFrame(after: backend.now() + .nanoseconds(1), divisor: divisor)
         return .every(source.period * divisor, startingAt: first)
     }
 
@@ -317,7 +334,7 @@ public final class DisplayLink: Sendable {
     /// Changes the preferred rate while running; the link moves to the new divisor's grid.
     public func setPreferredFramesPerSecond(_ preferred: Double) throws(TimerError) {
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferred)
-        try handle.reschedule(Self.schedule(on: source, divisor: divisor))
+        try handle.reschedule(Self.schedule(on: source, divisor: divisor, clock: deliveringBackend))
     }
 
     /// Ends the link: once it returns no new callback is begun (one already begun may still

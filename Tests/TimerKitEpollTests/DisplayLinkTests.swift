@@ -79,7 +79,7 @@ struct DisplayLinkTests {
         #expect(stats.framesDropped == frames.map(\.dropped).reduce(0, +))
         #expect(stats.overruns >= 1)
         #expect(stats.longestCallback >= .milliseconds(35))
-        #expect(source.droppedVsyncs >= 1, "the vsync thread itself read several expirations at once")
+        #expect(source.droppedVsyncs >= 1, "the vsync thread itself woke whole frames late")
     }
 
     @Test func pausingKeepsTheLinkButSilencesIt() throws {
@@ -188,6 +188,36 @@ struct DisplayLinkTests {
         link.invalidate()
         blockRealTime(.milliseconds(20))
         #expect(try wakeUps(over: .seconds(1)) == 0, "an invalidated link: the vsync thread sleeps")
+    }
+
+    /// The thread wakes for the frames links take, not for every vsync: a 2 fps link on a
+    /// 100 Hz source wakes it twice a second, not a hundred times.
+    @Test func theSourceWakesOnlyForFramesALinkTakes() throws {
+        let source = try DisplaySource(refreshRate: 100, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(preferredFramesPerSecond: 2, action: log.record)
+        #expect(waitFor { log.count >= 1 })
+        let before = try #require(voluntarySwitches(threadID: source.threadID))
+        let wakeUpsBefore = source.wakeUps
+        #expect(waitFor { log.count >= 3 })
+        let switches = try #require(voluntarySwitches(threadID: source.threadID)) - before
+        link.invalidate()
+        #expect(switches <= 6, "the vsync thread slept \(switches) times for 2 frames")
+        #expect(source.wakeUps - wakeUpsBefore <= 3)
+        #expect(link.statistics.framesDropped == 0)
+    }
+
+    /// A plain timer on a source keeps its own deadline: it is not moved to a vsync.
+    @Test func aPlainTimerOnASourceKeepsItsDeadline() throws {
+        let source = try DisplaySource(refreshRate: 1, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let fired = Locked<Duration?>(nil)
+        let scheduled = MonotonicInstant.now()
+        try source.schedule(.after(.milliseconds(100))) { tick in fired.withLock { $0 = tick.actual - scheduled } }
+        #expect(waitFor { fired.current != nil })
+        // The next vsync of a 1 Hz source is about a second away.
+        #expect(try #require(fired.current) < .milliseconds(700), "the timer waited for a vsync")
     }
 
     @Test func theVsyncThreadReportsThePriorityItGot() throws {

@@ -16,7 +16,7 @@ FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift B
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
 
-.PHONY: all setup build lint format test test-nio docs-nio tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup build lint format test test-nio docs-nio tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -63,12 +63,24 @@ bench-quick: setup
 check-dependencies: setup
 	bash scripts/check-no-dependencies.sh
 
-# The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder.
+# The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder:
+# the library's tests, then TimerKitNIO's (its own tests and the conformance suite on NIO).
+TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp
+ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp
+
 tsan: setup
-	TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+	$(MAKE) --no-print-directory tsan-nio
+
+tsan-nio: setup
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(NIO_PKG) --scratch-path TimerKitNIO/.build-tsan
 
 asan: setup
-	LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address --scratch-path .build-asan
+	$(MAKE) --no-print-directory asan-nio
+
+asan-nio: setup
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(NIO_PKG) --scratch-path TimerKitNIO/.build-asan
 
 demo: setup
 	$(SWIFT) build -c release $(STRICT) $(BENCH_PKG) --product timerkit-bench
@@ -125,4 +137,5 @@ bench-check: setup
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build TimerKitNIO/.build
+	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build TimerKitNIO/.build \
+		TimerKitNIO/.build-tsan TimerKitNIO/.build-asan

@@ -201,6 +201,7 @@ extension NIOWakeUpTests {
             let loop = NIOAsyncTestingEventLoop()
             let backend = NIOBackend(on: loop, registry: TimerRegistry())
             let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+            await loop.run()  // the deadline, set from off the loop, reaches it with the backend's hop
             await loop.shutdownGracefully()
             #expect(await waitForAsync { backend.scheduler.hasShutDown })
             #expect(timer.currentState == .cancelled)

@@ -174,7 +174,7 @@ struct RegistryTests {
             let backend = DispatchBackend(registry: registry)
             weakScheduler = backend.scheduler
             backend.shutdown()
-            let late = try registry.register(name: nil) { id in
+            let late = try registry.register(name: nil, in: backend.scheduler.registryShard) { id in
                 TimerHandle(
                     id: id, name: nil, scheduler: backend.scheduler,
                     resolved: .init(firstDeadline: 0, intervalNanoseconds: 0, remaining: 1),
@@ -184,6 +184,34 @@ struct RegistryTests {
             late.cancel()
         }()
         #expect(waitFor { weakScheduler == nil && weakRegistry == nil })
+    }
+
+    /// A backend's shutdown finds its timers in its own chunks of the registry, not by reading
+    /// every timer of every backend (with a million timers on a neighbour, that read held the
+    /// registry's lock for milliseconds per shutdown); the chunks go back when it is done.
+    @Test func aShutdownEndsItsOwnTimersAndReadsNoOtherBackendsSlots() throws {
+        let registry = TimerRegistry()
+        let busy = ManualBackend(registry: registry)
+        defer { busy.shutdown() }
+        let busyTimers = try (0..<10_000).map { _ in try busy.schedule(.after(.seconds(60))) { _ in } }
+        let tableBefore = registry.slotTableCount
+        for _ in 0..<200 {
+            let neighbour = ManualBackend(registry: registry)
+            let scheduled = try neighbour.schedule(.after(.seconds(1))) { _ in }
+            let suspended = try neighbour.schedule(.every(.seconds(1))) { _ in }
+            try suspended.suspend()
+            let own = registry.timers(in: neighbour.scheduler.registryShard)
+            #expect(Set(own.map(\.id)) == [scheduled.id, suspended.id])
+            #expect(neighbour.scheduler.registryShard.chunks.count == 1)
+            neighbour.shutdown()
+            #expect(scheduled.currentState == .cancelled && suspended.currentState == .cancelled)
+            #expect(neighbour.scheduler.registryShard.chunks.isEmpty, "its chunk goes back to the registry")
+        }
+        #expect(
+            registry.slotTableCount == tableBefore + TimerRegistry.chunkSize,
+            "the first neighbour adds a chunk; the others reuse it instead of growing the table")
+        #expect(registry.count == 10_000)
+        #expect(busyTimers.allSatisfy { $0.currentState == .scheduled })
     }
 
     @Test func aDroppedRegistryIsFreedOnceItsBackendsAreGone() throws {

@@ -1,5 +1,6 @@
 import Benchmark
 import Dispatch
+import Foundation
 import Synchronization
 import TimerKit
 import TimerKitEpoll
@@ -39,6 +40,22 @@ let benchmarks: @Sendable () -> Void = {
         }
         benchmark.stopMeasurement()
         withExtendedLifetime(live) {}
+    }
+
+    // A neighbour's shutdown must not stall a busy backend: backend A holds 1,000,000 timers
+    // while another thread starts backend B on the same registry, schedules one timer on it and
+    // shuts it down, over and over. Each sample is one schedule + cancel pair on A; its p99
+    // and max show whether B's shutdown holds a lock A needs for a time that grows with A's timers.
+    let fixture = NeighbourFixture()
+    Benchmark(
+        "schedule+cancel, 1M live, a neighbour starting and stopping (manual)",
+        configuration: .init(
+            metrics: [.wallClock], maxDuration: .seconds(3), maxIterations: 400_000,
+            setup: { try fixture.start() }, teardown: { fixture.stop() })
+    ) { benchmark in
+        guard let backend = fixture.backend else { return }
+        let timer = try backend.schedule(.after(.seconds(30))) { _ in }
+        timer.cancel()
     }
 
     // The fire path of a repeating timer, synchronously on virtual time: the core alone.
@@ -92,5 +109,40 @@ let benchmarks: @Sendable () -> Void = {
                 benchmark.stopMeasurement()
             }
         }
+    }
+}
+
+/// Backend A with a million timers, and a thread that starts and stops backends beside it on
+/// the same registry until stopped.
+final class NeighbourFixture: @unchecked Sendable {
+    // @unchecked: `backend` and `live` are written in `start` and cleared in `stop`, which the
+    // benchmark runs before and after its measurement, never during it.
+    var backend: ManualBackend?
+    private var live: [TimerHandle] = []
+    private let stopping = Atomic<Bool>(false)
+    private let stopped = DispatchSemaphore(value: 0)
+
+    func start() throws {
+        let registry = TimerRegistry()
+        let backend = ManualBackend(registry: registry)
+        live = try (0..<1_000_000).map { i in try backend.schedule(.after(.milliseconds(1_000 + (i * 7_919) % 59_000))) { _ in } }
+        self.backend = backend
+        stopping.store(false, ordering: .relaxed)
+        Thread.detachNewThread { [self] in
+            while !stopping.load(ordering: .relaxed) {
+                let neighbour = ManualBackend(registry: registry)
+                _ = try? neighbour.schedule(.after(.seconds(1))) { _ in }
+                neighbour.shutdown()
+            }
+            stopped.signal()
+        }
+    }
+
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        stopped.wait()
+        backend?.shutdown()
+        backend = nil
+        live = []
     }
 }

@@ -33,6 +33,8 @@ import Synchronization
     public let taskExecutor: (any TaskExecutor)?
 
     let mutex = PThreadMutex()
+    /// The registry slots this scheduler's timers occupy (guarded by the registry's lock).
+    let registryShard = RegistryShard()
     /// Broadcast when a handler call or a `fireDueTimers` call ends, to `cancelAndWait` and
     /// `shutdown` callers waiting for one.
     private let firingDone = PThreadCondition()
@@ -79,6 +81,8 @@ import Synchronization
         self.clock = clock
         self.taskExecutor = taskExecutor
     }
+
+    deinit { registry.retire(registryShard) }
 
     /// Connects the backend's driver. The scheduler holds it weakly (the backend owns the scheduler).
     public func attach(_ driver: any TimerDriver) {
@@ -134,7 +138,7 @@ import Synchronization
             more.runsTasks = runsTasks
             extras = more
         }
-        let timer = try registry.register(name: name) { id in
+        let timer = try registry.register(name: name, in: registryShard) { id in
             TimerHandle(
                 id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
                 extras: extras, target: target, handler: handler)
@@ -677,16 +681,44 @@ import Synchronization
         return (heap.removeAll(), jobs)
     }
 
+    /// Ends every timer of this scheduler together: one pass under the registry's lock lists
+    /// them (this scheduler's slots only), one under this lock cancels them, and one under the
+    /// registry's lock takes them out; what they held is released after the locks.
     private func finishShutdown(_ queued: (timers: [TimerHandle], jobs: [UnownedJob])) {
         // Tasks that preferred the loop carry on without it.
         for job in queued.jobs { globalConcurrentExecutor.enqueue(job) }
-        let queued = queued.timers
-        for timer in queued { timer.cancel() }
-        // Suspended timers are not in the heap; the registry knows them.
-        for timer in registry.timers(of: self) { timer.cancel() }
+        // The heap's references are let go of after the locks. Every timer it held is in the
+        // registry, as are the suspended, firing and task-running ones it does not hold; none
+        // enters the heap once shutdown has begun.
+        withExtendedLifetime(queued.timers) {
+            let timers = registry.timers(in: registryShard)
+            var ended: [TimerHandle] = []
+            var released: [Released] = []
+            var tasks: [Task<Void, Never>] = []
+            ended.reserveCapacity(timers.count)
+            mutex.lock()
+            for timer in timers where !timer.state.hasEnded {
+                timer.state = .cancelled
+                released.append(
+                    Released(
+                        timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),
+                        endWaiters: takeEndWaitersLocked(timer)))
+                timer.handler = Self.endedHandler
+                if let task = timer.extras?.runningTask {
+                    tasks.append(task)
+                    timer.extras?.runningTask = nil
+                }
+                ended.append(timer)
+            }
+            mutex.unlock()
+            for task in tasks { task.cancel() }
+            registry.remove(ended)
+            for item in released { for waiter in item.endWaiters { waiter.action() } }
+            withExtendedLifetime(released) {}
+        }
         // Ended timers waiting in the registry's removal batch hold this scheduler, which
         // holds the registry: let them go now, or a dropped registry would never be freed.
-        registry.applyPendingRemovals()
+        registry.retire(registryShard)
     }
 }
 

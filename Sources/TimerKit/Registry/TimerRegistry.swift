@@ -19,17 +19,23 @@ public final class TimerRegistry: @unchecked Sendable {
     /// The process-wide registry that backends use unless given another.
     public static let shared = TimerRegistry()
 
-    /// One place a timer can be registered. Slots are reused through a free list, and each
-    /// reuse bumps the generation, so an id (slot + generation) is never handed out twice.
+    /// One place a timer can be registered. Slots are reused, and each reuse bumps the
+    /// generation, so an id (slot + generation) is never handed out twice.
     private struct Slot {
         var generation: UInt32 = 0
         var timer: TimerHandle?
     }
 
+    /// Slots are handed to schedulers in chunks of this many: every slot of a chunk belongs
+    /// to one scheduler's `RegistryShard`, so that a scheduler lists its own timers (at
+    /// shutdown) by reading its own chunks, never the other backends' timers.
+    static let chunkSize = 256
+
     private let mutex = PThreadMutex()
     // Only touched while holding `mutex`, so the runtime exclusivity check is redundant.
     @exclusivity(unchecked) private var slots: ContiguousArray<Slot> = []
-    @exclusivity(unchecked) private var freeSlots: [UInt32] = []
+    /// Chunks no scheduler holds (their schedulers shut down with every timer gone).
+    @exclusivity(unchecked) private var freeChunks: [UInt32] = []
     @exclusivity(unchecked) private var liveCount = 0
     /// Ended timers whose slots are not yet cleared. Clearing a slot is a cache miss when
     /// there are many timers; done in batches the misses overlap. Every read flushes first,
@@ -71,8 +77,9 @@ public final class TimerRegistry: @unchecked Sendable {
         if name.hasPrefix(generatedPrefix) { throw .reservedName(name) }
     }
 
-    /// Registers the timer `make` builds for a fresh id; refuses a duplicate `name`.
-    func register(name: String?, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
+    /// Registers the timer `make` builds for a fresh id in one of `shard`'s slots; refuses a
+    /// duplicate `name`.
+    func register(name: String?, in shard: RegistryShard, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
         var flushed: [TimerHandle] = []
         defer { withExtendedLifetime(flushed) {} }
         return try mutex.withLock { () throws(TimerError) in
@@ -80,20 +87,55 @@ public final class TimerRegistry: @unchecked Sendable {
                 flushed = flushLocked()  // the holder of the name may have just ended
                 if idByName[name] != nil { throw .duplicateName(name) }
             }
-            let slot: UInt32
-            if let free = freeSlots.popLast() {
-                slot = free
-            } else {
-                slot = UInt32(slots.count)
-                slots.append(Slot())
-            }
+            while shard.freeSlots.isEmpty { giveChunkLocked(to: shard) }
+            let slot = shard.freeSlots.removeLast()
             let id = UInt64(slots[Int(slot)].generation) << 32 | UInt64(slot)
             let timer = make(id)
             slots[Int(slot)].timer = timer
+            shard.occupied += 1
             liveCount += 1
             if let name { idByName[name] = id }
             return timer
         }
+    }
+
+    /// Gives `shard` a chunk of slots: a free one, or a new one at the end of the table.
+    /// (Slot numbers are 32 bits in an id: 2^32 slots would take 64 GiB of table and their
+    /// timers hundreds more, so memory runs out long before the numbers do.)
+    private func giveChunkLocked(to shard: RegistryShard) {
+        let chunk: UInt32
+        if let free = freeChunks.popLast() {
+            chunk = free
+        } else {
+            chunk = UInt32(slots.count / Self.chunkSize)
+            slots.append(contentsOf: repeatElement(Slot(), count: Self.chunkSize))
+        }
+        shard.chunks.append(chunk)
+        let first = Int(chunk) * Self.chunkSize
+        // Reversed, so that `popLast` hands them out in ascending order; a slot whose
+        // generation has run out stays unused, so no id ever comes back.
+        for slot in (first..<first + Self.chunkSize).reversed() where slots[slot].generation < UInt32.max {
+            shard.freeSlots.append(UInt32(slot))
+        }
+    }
+
+    /// Called when the scheduler that owns `shard` shuts down or goes away: once its last
+    /// timer has left, its chunks go back to the registry for other schedulers.
+    func retire(_ shard: RegistryShard) {
+        let flushed: [TimerHandle] = mutex.withLock {
+            let flushed = flushLocked()
+            shard.isRetired = true
+            releaseChunksIfEmptyLocked(shard)
+            return flushed
+        }
+        withExtendedLifetime(flushed) {}
+    }
+
+    private func releaseChunksIfEmptyLocked(_ shard: RegistryShard) {
+        guard shard.isRetired, shard.occupied == 0, !shard.chunks.isEmpty else { return }
+        freeChunks.append(contentsOf: shard.chunks)
+        shard.chunks = []
+        shard.freeSlots = []
     }
 
     /// Takes an ended timer out. Called once per timer, by the scheduler.
@@ -109,6 +151,17 @@ public final class TimerRegistry: @unchecked Sendable {
             liveCount -= 1
             let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
             return flushNow ? flushLocked() : []
+        }
+        withExtendedLifetime(flushed) {}
+    }
+
+    /// Takes ended timers out in one critical section (a scheduler's shutdown).
+    func remove(_ timers: [TimerHandle]) {
+        guard !timers.isEmpty else { return }
+        let flushed: [TimerHandle] = mutex.withLock {
+            pendingRemovals.append(contentsOf: timers)
+            liveCount -= timers.count
+            return flushLocked()
         }
         withExtendedLifetime(flushed) {}
     }
@@ -131,16 +184,22 @@ public final class TimerRegistry: @unchecked Sendable {
             // The batch still holds the timer, so clearing the slot never frees it here.
             guard slot < slots.count, slots[slot].timer === timer else { continue }
             slots[slot].timer = nil
+            let shard = timer.scheduler.registryShard
+            shard.occupied -= 1
             // A slot whose generation would wrap is retired, so no id ever comes back.
             if slots[slot].generation < UInt32.max {
                 slots[slot].generation += 1
-                freeSlots.append(UInt32(slot))
+                if !shard.isRetired { shard.freeSlots.append(UInt32(slot)) }
             }
             if let name = timer.customName { idByName[name] = nil }
+            releaseChunksIfEmptyLocked(shard)
         }
         defer { pendingRemovals = [] }
         return pendingRemovals
     }
+
+    /// Slots in the table, free ones included (for tests).
+    package var slotTableCount: Int { mutex.withLock { slots.count } }
 
     /// Clears the slots of every ended timer now instead of at the next batch.
     func applyPendingRemovals() {
@@ -165,8 +224,20 @@ public final class TimerRegistry: @unchecked Sendable {
 
     private var liveTimers: [TimerHandle] { slots.compactMap(\.timer) }
 
-    func timers(of scheduler: TimerScheduler) -> [TimerHandle] {
-        withCurrent { liveTimers.filter { $0.scheduler === scheduler } }
+    /// The live timers registered in `shard`'s slots: one scheduler's, found without reading
+    /// any other scheduler's.
+    func timers(in shard: RegistryShard) -> [TimerHandle] {
+        withCurrent {
+            var timers: [TimerHandle] = []
+            timers.reserveCapacity(shard.occupied)
+            for chunk in shard.chunks {
+                let first = Int(chunk) * Self.chunkSize
+                for slot in first..<first + Self.chunkSize {
+                    if let timer = slots[slot].timer { timers.append(timer) }
+                }
+            }
+            return timers
+        }
     }
 
     private func lookup(_ name: String) -> TimerHandle? {
@@ -290,4 +361,18 @@ public final class TimerRegistry: @unchecked Sendable {
         guard observerCount.load(ordering: .acquiring) > 0 else { return [] }
         return mutex.withLock { observers.map(\.observer) }
     }
+}
+
+/// One scheduler's part of a registry: the chunks of slots its timers are registered in. Its
+/// fields belong to the registry and are read and written only under the registry's lock.
+final class RegistryShard: @unchecked Sendable {
+    // @unchecked: every stored property is read and written only while holding the lock of
+    // the registry the owning scheduler registers in (one registry per scheduler).
+    @exclusivity(unchecked) var chunks: [UInt32] = []
+    @exclusivity(unchecked) var freeSlots: [UInt32] = []
+    /// Slots holding a timer, ended timers waiting in the removal batch included.
+    @exclusivity(unchecked) var occupied = 0
+    /// Its scheduler has shut down: freed slots are not reused, and the chunks go back to the
+    /// registry once the last timer has left.
+    @exclusivity(unchecked) var isRetired = false
 }

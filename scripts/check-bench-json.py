@@ -5,7 +5,8 @@ import json, subprocess, sys
 
 LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us"}
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
-THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "cancel_ns", "bytes_per_timer"}
+THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "reset_ns", "cancel_ns", "schedule_ns_p99", "reset_ns_p99",
+              "cancel_ns_p99", "bytes_per_timer"}
 FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us"}
 ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
 # The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
@@ -33,7 +34,7 @@ def main(path, bench):
                 problems.append(f"latency {r.get('backend')}: no fires")
         elif kind == "throughput":
             missing = THROUGHPUT - r.keys()
-            if r.get("schedule_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
+            if r.get("schedule_ns", 0) <= 0 or r.get("reset_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
                 problems.append(f"throughput {r.get('backend')}: no timing")
         elif kind == "fanout":
             missing = FANOUT - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()

@@ -109,7 +109,9 @@ extension BenchReport {
         let sizes = Set(throughput.map(\.timers))
         if sizes.count > 1 {
             let names = throughput.map(\.backend).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
-            for (label, value) in [("schedule", \ThroughputResult.scheduleNs), ("cancel", \ThroughputResult.cancelNs)] {
+            for (label, value) in [
+                ("schedule", \ThroughputResult.scheduleNs), ("reset", \ThroughputResult.resetNs), ("cancel", \ThroughputResult.cancelNs),
+            ] {
                 let chart = LineChart(
                     title: "\(label) cost vs live timers", xLabel: "timers (log)", yLabel: "ns per \(label) (median, log)",
                     logX: true, logY: true,

@@ -6,12 +6,13 @@ import TimerKit
 
 /// Throughput baselines with no TimerKit code: each native mechanism used the naive way,
 /// one native timer per user timer, so a reader sees what the shared scheduler adds or saves.
-/// Each returns (schedule ns batches, cancel ns batches); memory is measured by the caller.
+/// Each returns its batches of ns per schedule, reset (moving a waiting timer to a later
+/// deadline, the native way) and cancel; memory is measured by the caller.
 struct RawBaseline: Sendable {
     let name: String
     /// The most timers it is run with (one Foundation Timer per timer cancels in O(n)).
     let maxTimers: Int
-    let run: @Sendable (_ delays: [Duration], _ cancelOrder: [Int], _ batch: Int, _ atPeak: () -> Void) throws -> ([Double], [Double])
+    let run: @Sendable (_ delays: [Duration], _ order: RunOrder, _ batch: Int, _ atPeak: () -> Void) throws -> PhaseTimings
 }
 
 let rawBaselines: [RawBaseline] = [
@@ -20,21 +21,32 @@ let rawBaselines: [RawBaseline] = [
         guard let base = event_base_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new") }
         defer { event_base_free(base) }
         var events = [OpaquePointer?](repeating: nil, count: delays.count)
+        func timeout(_ delay: Duration) -> timeval {
+            let ns = delay.wholeNanoseconds
+            return timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
+        }
         let schedule = try timeBatches(delays.count, batch) { i in
-            let ns = delays[i].wholeNanoseconds
-            var timeout = timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
-            guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &timeout) == 0 else {
+            var after = timeout(delays[i])
+            guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &after) == 0 else {
                 throw TimerError.nativeFailure(backend: "libevent", call: "event_new/event_add")
             }
             events[i] = event
         }
         atPeak()
-        let cancel = try timeBatches(order.count, batch) { i in
-            guard let event = events[order[i]] else { return }
+        // event_add on a pending event moves it: libevent's own reset.
+        let reset = try timeBatches(order.reset.count, batch) { i in
+            let index = order.reset[i]
+            var after = timeout(delays[index] + resetPush)
+            guard let event = events[index], event_add(event, &after) == 0 else {
+                throw TimerError.nativeFailure(backend: "libevent", call: "event_add")
+            }
+        }
+        let cancel = try timeBatches(order.cancel.count, batch) { i in
+            guard let event = events[order.cancel[i]] else { return }
             event_del(event)
             event_free(event)
         }
-        return (schedule, cancel)
+        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
     },
     RawBaseline(name: NIOPeer.name, maxTimers: 10_000_000) { delays, order, batch, atPeak in
         // From a thread other than the loop's, as a server's code on another loop would.
@@ -44,8 +56,14 @@ let rawBaselines: [RawBaseline] = [
                 tasks[i] = loop.scheduleTask(in: .nanoseconds(delays[i].wholeNanoseconds)) {}
             }
             atPeak()
-            let cancel = try timeBatches(order.count, batch) { i in tasks[order[i]]?.cancel() }
-            return (schedule, cancel)
+            // NIO has no reset: cancel and schedule again, as an idle-state handler does.
+            let reset = try timeBatches(order.reset.count, batch) { i in
+                let index = order.reset[i]
+                tasks[index]?.cancel()
+                tasks[index] = loop.scheduleTask(in: .nanoseconds((delays[index] + resetPush).wholeNanoseconds)) {}
+            }
+            let cancel = try timeBatches(order.cancel.count, batch) { i in tasks[order.cancel[i]]?.cancel() }
+            return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
         }
     },
     RawBaseline(name: "dispatch-raw", maxTimers: 1_000_000) { delays, order, batch, atPeak in
@@ -59,10 +77,14 @@ let rawBaselines: [RawBaseline] = [
             sources.withLock { $0[i] = source }
         }
         atPeak()
-        let cancel = try timeBatches(order.count, batch) { i in
-            sources.withLock { $0[order[i]] }?.cancel()
+        let reset = try timeBatches(order.reset.count, batch) { i in
+            let index = order.reset[i]
+            sources.withLock { $0[index] }?.schedule(deadline: .now() + .nanoseconds(Int((delays[index] + resetPush).wholeNanoseconds)))
         }
-        return (schedule, cancel)
+        let cancel = try timeBatches(order.cancel.count, batch) { i in
+            sources.withLock { $0[order.cancel[i]] }?.cancel()
+        }
+        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
     },
     RawBaseline(name: "foundation-raw", maxTimers: 20_000) { delays, order, batch, atPeak in
         // On a run loop that is not running: this measures add and invalidate only.
@@ -77,8 +99,12 @@ let rawBaselines: [RawBaseline] = [
             timers[i] = timer
         }
         atPeak()
-        let cancel = try timeBatches(order.count, batch) { i in timers[order[i]]?.invalidate() }
-        return (schedule, cancel)
+        let reset = try timeBatches(order.reset.count, batch) { i in
+            let index = order.reset[i]
+            timers[index]?.fireDate = Date(timeIntervalSinceNow: Double((delays[index] + resetPush).wholeNanoseconds) / 1e9)
+        }
+        let cancel = try timeBatches(order.cancel.count, batch) { i in timers[order.cancel[i]]?.invalidate() }
+        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
     },
 ]
 

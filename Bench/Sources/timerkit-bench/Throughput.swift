@@ -56,7 +56,7 @@ let resetPush: Duration = .seconds(60)
 func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool = true) throws -> [ThroughputResult] {
     var rng = SystemRandomNumberGenerator()
     // The workload is made before any measurement so its memory is not counted.
-    let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 1_000_000_000...60_000_000_000, using: &rng)) }
+    let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 60_000_000_000...120_000_000_000, using: &rng)) }
     let resetOrder = Array(0..<count).shuffled(using: &rng)
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
     let order = RunOrder(reset: resetOrder, cancel: cancelOrder)

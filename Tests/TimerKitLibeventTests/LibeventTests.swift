@@ -44,36 +44,80 @@ struct LibeventTests {
     }
 
     @Test func anAttachedBackendRunsHandlersOnTheCallersLoopThread() throws {
-        evthread_use_pthreads()
-        let base = try #require(event_base_new())
         let callerThread = Locked<UInt>(0)
         let handlerThread = Locked<UInt>(0)
         let fired = DispatchSemaphore(value: 0)
+        try withCallersLoop(onLoopThread: { callerThread.withLock { $0 = UInt(pthread_self()) } }) { base, _ in
+            let backend = try LibeventBackend(attachedTo: base, registry: TimerRegistry())
+            #expect(backend.isAttached)
+            try backend.schedule(.after(.milliseconds(2))) { _ in
+                handlerThread.withLock { $0 = UInt(pthread_self()) }
+                fired.signal()
+            }
+            #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(handlerThread.current == callerThread.current)
+            backend.shutdown()
+        }
+    }
+
+    /// Runs `body` with a base of the caller's own (and its address, for `@Sendable` code),
+    /// whose loop runs on a thread of its own; then stops that loop, as its owner would, and
+    /// frees the base.
+    private func withCallersLoop(
+        onLoopThread: @escaping @Sendable () -> Void = {}, _ body: (OpaquePointer, UInt) throws -> Void
+    ) throws {
+        evthread_use_pthreads()
+        let base = try #require(event_base_new())
         let address = UInt(bitPattern: base)
         let loop = try OwnedLoop(
             { _ in
                 guard let base = OpaquePointer(bitPattern: address) else { return }
-                callerThread.withLock { $0 = UInt(pthread_self()) }
+                onLoopThread()
                 event_base_loop(base, Int32(EVLOOP_NO_EXIT_ON_EMPTY))
             }, release: {})
-        let backend = try LibeventBackend(attachedTo: base, registry: TimerRegistry())
-        #expect(backend.isAttached)
-        try backend.schedule(.after(.milliseconds(2))) { _ in
-            handlerThread.withLock { $0 = UInt(pthread_self()) }
-            fired.signal()
+        defer {
+            // A break from the loop's own thread cannot be lost.
+            loop.stop {
+                event_base_once(
+                    base, -1, Int16(EV_TIMEOUT),
+                    { _, _, argument in
+                        if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
+                    }, UnsafeMutableRawPointer(base), nil)
+            }
+            event_base_free(base)
         }
-        #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
-        #expect(handlerThread.current == callerThread.current)
-        backend.shutdown()
-        // The caller stops its own loop; a break from its own thread cannot be lost.
-        loop.stop {
-            event_base_once(
-                base, -1, Int16(EV_TIMEOUT),
-                { _, _, argument in
-                    if let base = OpaquePointer(argument) { event_base_loopbreak(base) }
-                }, UnsafeMutableRawPointer(base), nil)
+        try body(base, address)
+    }
+
+    /// A burst of due timers on an attached base is fired in batches: the caller's own events
+    /// run between them, instead of waiting for the whole burst.
+    @Test func aBurstOfDueTimersLetsTheCallersEventsRunBetweenBatches() throws {
+        try withWatchdog {
+            try withCallersLoop { base, address in
+                let backend = try LibeventBackend(attachedTo: base, registry: TimerRegistry())
+                defer { backend.shutdown() }
+                let probe = BurstProbe()
+                let count = TimerScheduler.maxFiresPerCall * 3
+                let deadline = backend.now() + .milliseconds(100)
+                for _ in 0..<count {
+                    try backend.schedule(.at(deadline)) { _ in
+                        // The first handler adds an event of the caller's that is ready at once.
+                        guard probe.fired.incrementAndGet() == 1, let base = OpaquePointer(bitPattern: address) else { return }
+                        var now = timeval(tv_sec: 0, tv_usec: 0)
+                        event_base_once(
+                            base, -1, Int16(EV_TIMEOUT),
+                            { _, _, argument in
+                                guard let argument else { return }
+                                let probe = Unmanaged<BurstProbe>.fromOpaque(argument).takeUnretainedValue()
+                                probe.firedWhenTheCallerRan.withLock { $0 = probe.fired.current }
+                            }, Unmanaged.passUnretained(probe).toOpaque(), &now)
+                    }
+                }
+                #expect(waitFor { probe.fired.current == count })
+                let seen = try #require(probe.firedWhenTheCallerRan.current)
+                #expect(seen < count, "the caller's event waited for all \(count) handlers")
+            }
         }
-        event_base_free(base)
     }
 
     /// An owned loop that ends without being asked to (here: a loopbreak from outside) shuts
@@ -109,4 +153,9 @@ struct LibeventTests {
             #expect(deadline == scheduled[0] + .milliseconds(10) * k)
         }
     }
+}
+
+final class BurstProbe: Sendable {
+    let fired = Counter()
+    let firedWhenTheCallerRan = Locked<Int?>(nil)
 }

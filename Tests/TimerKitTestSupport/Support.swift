@@ -21,6 +21,13 @@ public final class Counter: Sendable {
     private let value = Locked(0)
     public init() {}
     public func increment() { value.withLock { $0 += 1 } }
+    /// Adds one and returns the new count.
+    public func incrementAndGet() -> Int {
+        value.withLock {
+            $0 += 1
+            return $0
+        }
+    }
     public var current: Int { value.current }
 }
 

@@ -32,7 +32,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     // @unchecked: `id`, `customName` and `scheduler` are immutable; every other stored
     // property is read and written only while holding `scheduler.mutex`.
 
-    // Field order is deliberate: what cancel touches (id, scheduler, state, heapIndex,
+    // Field order is deliberate: what cancel touches (id, scheduler, state, entrySequence,
     // handler) comes first, so that with a million timers a cancel costs one cache miss on
     // the timer instead of two or three.
 
@@ -44,7 +44,9 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @exclusivity(unchecked) var policy: MissedTickPolicy
     /// Calls of the handler under way (a handler that runs its loop nested can make two).
     @exclusivity(unchecked) var activeCalls: UInt16 = 0
-    @exclusivity(unchecked) var heapIndex: Int32 = -1
+    /// The sequence number of the queue entry that stands for this timer; 0 when it has none
+    /// (not queued: firing, suspended, ended). Any other entry of it in the queue is dead.
+    @exclusivity(unchecked) var entrySequence: UInt64 = 0
     @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
     /// The next due grid point: advanced one interval as a tick fires; moved by the
     /// missed-tick policy when a tick fires more than an interval late.
@@ -55,6 +57,10 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// Handler calls left; -1 for unlimited.
     @exclusivity(unchecked) var remaining: Int
     @exclusivity(unchecked) var fires: Int = 0
+    /// Its place among timers of equal deadline: the sequence of the latest queue or reset.
+    /// Greater than `entrySequence` when a reset moved it later and its entry waits to be
+    /// re-filed as it reaches the top.
+    @exclusivity(unchecked) var orderSequence: UInt64 = 0
     @exclusivity(unchecked) var extras: TimerExtras?
     /// The target of a target-action timer, held weakly; immutable, so any thread may read
     /// the reference (but see `WeakReference` about loading the object).

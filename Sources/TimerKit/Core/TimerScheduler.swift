@@ -1,7 +1,7 @@
 import Glibc
 import Synchronization
 
-/// The core of every backend: an indexed heap of deadlines, the timer state machine,
+/// The core of every backend: a queue of deadlines, the timer state machine,
 /// drift-free repeat arithmetic and the missed-tick policy.
 ///
 /// Part of the surface for backend implementors (`@_spi(BackendImplementation) import
@@ -41,14 +41,18 @@ import Synchronization
     // The properties below are only touched while holding `mutex`, which already makes
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).
-    @exclusivity(unchecked) private var heap = TimerHeap()
+    @exclusivity(unchecked) private var queue = TimerQueue<TimerHandle>()
     @exclusivity(unchecked) private weak var driver: (any TimerDriver)?
     /// The key the driver is armed for; `.max` when it is not armed.
     @exclusivity(unchecked) private var armedKey: UInt64 = .max
-    /// Heap entries whose timer is no longer scheduled (cancelled or suspended). They are
-    /// dropped when they reach the top, or all at once when they outnumber the live ones,
-    /// which makes cancel amortized O(1) and keeps the heap within twice the live timers.
-    @exclusivity(unchecked) private var deadInHeap = 0
+    /// Queue entries that no longer stand for their timer (it was cancelled, suspended, or
+    /// moved earlier). Cancel only marks: a dead entry leaves when it reaches the top, or is
+    /// swept a few at a time once dead entries pass half the live ones (`sweepDeadLocked`),
+    /// so no operation pays for a pass over the whole queue.
+    @exclusivity(unchecked) private var deadInQueue = 0
+    /// Timers whose dead entries left the queue under the lock: released after it, by the
+    /// operation that swept them. Kept between operations so that sweeping allocates nothing.
+    @exclusivity(unchecked) private var sweptTimers: [TimerHandle] = []
     @exclusivity(unchecked) private var nextSequence: UInt64 = 0
     @exclusivity(unchecked) private var isShutDown = false
     @exclusivity(unchecked) private var loopFailure: TimerError?
@@ -93,8 +97,20 @@ import Synchronization
     @inline(__always)
     public func now() -> MonotonicInstant { clock.now() }
 
-    /// Live timers waiting in the heap (not suspended ones).
-    package var pendingCount: Int { mutex.withLock { heap.count - deadInHeap } }
+    /// Live timers waiting in the queue (not suspended ones).
+    package var pendingCount: Int { mutex.withLock { queue.count - deadInQueue } }
+
+    /// Dead entries still in the queue (`deadInQueue`), for tests of the bound on them.
+    package var deadEntryCount: Int { mutex.withLock { deadInQueue } }
+
+    /// Traps if the queue's order or its dead-entry count is wrong. O(n): tests only.
+    package func checkQueueInvariants() {
+        mutex.withLock {
+            queue.checkInvariants()
+            let live = queue.count(where: { !isDeadLocked($0) })
+            precondition(live == queue.count - deadInQueue, "TimerScheduler: \(live) live entries, \(queue.count - deadInQueue) counted")
+        }
+    }
 
     /// Why the backend's loop stopped, if it stopped on an error (an `epoll_wait` failure, a
     /// wake-up that could not be re-armed from inside the loop). The scheduler then shut
@@ -162,65 +178,114 @@ import Synchronization
         return timer
     }
 
-    /// Puts a scheduled timer in deadline order (inserting it, or reviving the dead entry it
-    /// still has) and arms the driver if it is now the earliest. If the driver refuses, the
-    /// timer is taken out of the heap again and the error is rethrown.
-    private func queueLocked(_ timer: TimerHandle) throws(TimerError) {
+    /// Puts a scheduled timer in deadline order and arms the driver if it is now the
+    /// earliest. `previousKey` is the key it waited for until now, when it still has a live
+    /// entry (a reschedule): a later key then leaves that entry where it is, to be re-filed
+    /// when it reaches the top (an idle timeout moved on every read costs no sift). An
+    /// earlier key gives it a new entry and the old one dies. If the driver refuses, the timer
+    /// is left unqueued and the error is rethrown.
+    private func queueLocked(_ timer: TimerHandle, previousKey: UInt64? = nil) throws(TimerError) {
         let key = RepeatRule.latestFireTime(timer)
         nextSequence &+= 1
-        if timer.heapIndex >= 0 {
-            heap.update(timer, key: key, sequence: nextSequence)
-        } else {
-            heap.insert(timer, key: key, sequence: nextSequence)
+        timer.orderSequence = nextSequence
+        if timer.entrySequence != 0 {
+            if let previousKey, key >= previousKey { return }
+            deadInQueue += 1
         }
-        guard timer.heapIndex == 0, key < armedKey, key < Self.horizonNanoseconds, let driver else { return }
+        queue.insert(timer, key: key, sequence: nextSequence)
+        timer.entrySequence = nextSequence
+        // The earliest entry, not only a new earliest: after a refused wake-up the driver may
+        // be armed later than an entry already queued (then it wakes once more than needed).
+        let earliest = queue.topKey ?? key
+        guard earliest < armedKey, earliest < Self.horizonNanoseconds, let driver else { return }
         do throws(TimerError) {
-            try driver.wake(at: MonotonicInstant(nanoseconds: key))
-            armedKey = key
+            try driver.wake(at: MonotonicInstant(nanoseconds: earliest))
+            armedKey = earliest
         } catch {
-            heap.remove(timer)
+            unqueueLocked(timer)
             throw error
         }
     }
 
+    /// Whether `entry` no longer stands for its timer.
+    @inline(__always)
+    private func isDeadLocked(_ entry: TimerQueue<TimerHandle>.Entry) -> Bool {
+        entry.element._withUnsafeGuaranteedRef { $0.entrySequence != entry.sequence }
+    }
+
     /// Arms the driver for the earliest key, or disarms it when nothing can come due.
     private func rearmLocked() throws(TimerError) {
-        let wanted = heap.topKey.flatMap { $0 < Self.horizonNanoseconds ? $0 : nil } ?? .max
+        let wanted = queue.topKey.flatMap { $0 < Self.horizonNanoseconds ? $0 : nil } ?? .max
         guard wanted != armedKey, let driver else { return }
         try driver.wake(at: wanted == .max ? .distantFuture : MonotonicInstant(nanoseconds: wanted))
         armedKey = wanted
     }
 
-    /// Called when `timer` stops being scheduled. Its heap entry stays (touching the heap
-    /// here would cost several cache misses per cancel with many timers) unless it is the
-    /// earliest. Returns timers the heap let go of, to be released outside the lock.
-    private func retireLocked(_ timer: TimerHandle) -> [TimerHandle] {
-        guard timer.heapIndex >= 0 else { return [] }
-        deadInHeap += 1
-        var dropped: [TimerHandle] = []
-        if timer.heapIndex == 0 {
-            dropDeadTopsLocked(into: &dropped)
-        } else if deadInHeap > 1024, deadInHeap * 2 > heap.count {
-            dropped = heap.compact { $0.state == .scheduled }
-            deadInHeap = 0
+    /// Kills `timer`'s entry, if it has one: it leaves the queue later (at the top, or swept).
+    @inline(__always)
+    private func unqueueLocked(_ timer: TimerHandle) {
+        guard timer.entrySequence != 0 else { return }
+        timer.entrySequence = 0
+        deadInQueue += 1
+    }
+
+    /// Called when `timer` stops being scheduled. Its entry stays in the queue (touching the
+    /// queue here would cost several cache misses per cancel with many timers) unless it is
+    /// the earliest, or dead entries pass half the live ones: then a few are swept. Timers the
+    /// queue lets go of go to `sweptTimers`, for the caller to release after unlocking
+    /// (`takeSweptLocked`).
+    private func retireLocked(_ timer: TimerHandle) {
+        let sequence = timer.entrySequence
+        guard sequence != 0 else { return }
+        unqueueLocked(timer)
+        if queue.top?.sequence == sequence {
+            dropDeadTopsLocked(into: &sweptTimers)
+        } else {
+            sweepDeadLocked()
         }
         // The native wake-up stays armed for the old earliest deadline: the loop wakes once,
         // finds nothing due and re-arms. Cheaper than a re-arm per cancel when timers are
-        // cancelled in deadline order (timeouts). Only an empty heap disarms at once, and if
+        // cancelled in deadline order (timeouts). Only an empty queue disarms at once, and if
         // that fails the loop wakes once for nothing.
         // Jobs waiting for the loop keep their wake-up.
-        if heap.isEmpty, armedKey != .max, jobs.isEmpty {
+        if queue.isEmpty, armedKey != .max, jobs.isEmpty {
             armedKey = .max
             try? driver?.wake(at: .distantFuture)
         }
-        return dropped
+    }
+
+    /// Once dead entries pass half the live ones, each new dead entry pays for sweeping up to
+    /// two (looking at no more than 16 entries): dead entries then fall back faster than they
+    /// come, so they never outnumber the live ones, and no call does more than a bounded bit.
+    private func sweepDeadLocked() {
+        guard deadInQueue * 2 > queue.count - deadInQueue else { return }
+        deadInQueue -= queue.sweep(budget: 16, limit: 2, isDead: isDeadLocked, into: &sweptTimers)
     }
 
     private func dropDeadTopsLocked(into dropped: inout [TimerHandle]) {
-        while let top = heap.top, top.timer.state != .scheduled, let timer = heap.popTop() {
-            deadInHeap -= 1
+        while let top = queue.top, isDeadLocked(top), let timer = queue.popTop() {
+            deadInQueue -= 1
             dropped.append(timer)
         }
+    }
+
+    /// The timers swept under the lock, handed to the caller to release after unlocking; the
+    /// buffer comes back through `returnSwept` so that its storage is reused.
+    @inline(__always)
+    private func takeSweptLocked() -> [TimerHandle] {
+        guard !sweptTimers.isEmpty else { return [] }
+        var taken: [TimerHandle] = []
+        swap(&taken, &sweptTimers)
+        return taken
+    }
+
+    /// Releases `swept` (outside the lock) and gives its storage back for the next sweep.
+    private func releaseSwept(_ swept: consuming [TimerHandle]) {
+        guard swept.capacity > 0 else { return }
+        swept.removeAll(keepingCapacity: true)
+        mutex.lock()
+        if sweptTimers.capacity < swept.capacity && sweptTimers.isEmpty { swap(&sweptTimers, &swept) }
+        mutex.unlock()
     }
 
     // MARK: State machine
@@ -243,7 +308,8 @@ import Synchronization
             return
         }
         timer.state = finalState
-        let dropped = retireLocked(timer)
+        retireLocked(timer)
+        let swept = takeSweptLocked()
         // Drop the handler now: a closure that captured its own handle would otherwise keep
         // the timer alive forever. It is released after the lock, because its captures'
         // deinits may call back into TimerKit.
@@ -256,7 +322,7 @@ import Synchronization
         mutex.unlock()
         withExtendedLifetime(handler) {}
         withExtendedLifetime(observers) {}
-        withExtendedLifetime(dropped) {}
+        releaseSwept(swept)
         task?.cancel()
         registry.remove(timer)
         for waiter in endWaiters { waiter.action() }
@@ -340,7 +406,7 @@ import Synchronization
             finishedHandler = HandlerLifetime(handler: timer.handler)
             timer.handler = Self.endedHandler
             observers = dropObserversLocked(timer)
-        } else if timer.state == .scheduled && timer.heapIndex < 0 {
+        } else if timer.state == .scheduled && timer.entrySequence == 0 {
             if !extras.rescheduledDuringTask { timer.deadline = clock.now().nanoseconds.saturatingAdd(timer.interval) }
             do throws(TimerError) { try queueLocked(timer) } catch { failure = error }
         }
@@ -380,13 +446,14 @@ import Synchronization
     }
 
     func suspend(_ timer: TimerHandle) throws(TimerError) {
-        let dropped = try mutex.withLock { () throws(TimerError) -> [TimerHandle] in
+        let swept = try mutex.withLock { () throws(TimerError) -> [TimerHandle] in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
             guard timer.state == .scheduled else { return [] }
             timer.state = .suspended
-            return retireLocked(timer)
+            retireLocked(timer)
+            return takeSweptLocked()
         }
-        withExtendedLifetime(dropped) {}
+        releaseSwept(swept)
     }
 
     func resume(_ timer: TimerHandle) throws(TimerError) {
@@ -395,7 +462,6 @@ import Synchronization
             if isShutDown { throw shutDownErrorLocked() }
             guard timer.state == .suspended else { return }
             timer.state = .scheduled
-            if timer.heapIndex >= 0 { deadInHeap -= 1 }  // its dead entry comes back to life
             // A handler that suspends and resumes its own timer is re-queued when it returns,
             // and a task timer when its task does.
             guard timer.activeCalls == 0 && (timer.extras?.tasksRunning ?? 0) == 0 else { return }
@@ -411,28 +477,22 @@ import Synchronization
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
             if isShutDown { throw shutDownErrorLocked() }
             let resolved = try schedule.resolve(now: clock.now())
+            let previousKey = timer.entrySequence != 0 ? RepeatRule.latestFireTime(timer) : nil
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
             timer.remaining = resolved.remaining
             if let extras = timer.extras, extras.tasksRunning > 0 {
                 // A task of it is running: the new schedule starts when the task returns.
                 extras.rescheduledDuringTask = true
-                if timer.heapIndex >= 0 {
-                    heap.remove(timer)
-                    if timer.state != .scheduled { deadInHeap -= 1 }
-                }
+                unqueueLocked(timer)
             } else if timer.state == .scheduled {
                 // Inside its own handler too: the fire loop then sees it queued and leaves it be.
-                do throws(TimerError) { try queueLocked(timer) } catch {
+                do throws(TimerError) { try queueLocked(timer, previousKey: previousKey) } catch {
                     timer.state = .suspended  // keeps the new schedule; resume() retries the arm
                     throw error
                 }
-            } else if timer.heapIndex >= 0 {
-                // A suspended timer's dead entry: its place is found again on resume. The
-                // caller holds the timer, so the heap's reference is not the last one.
-                heap.remove(timer)
-                deadInHeap -= 1
             }
+            // A suspended timer has no entry: its place is found again on resume.
         }
     }
 
@@ -456,7 +516,7 @@ import Synchronization
         let target: WeakReference?
     }
 
-    /// A timer the fire loop lets go of, released after the lock: the heap's reference to
+    /// A timer the fire loop lets go of, released after the lock: the queue's reference to
     /// it and, for one that just finished, its handler. It leaves the registry then too.
     private struct Released {
         let timer: TimerHandle
@@ -466,8 +526,14 @@ import Synchronization
         var leavesRegistry = false
     }
 
-    /// Runs every handler that is due, in deadline order (then scheduling order), then
-    /// re-arms the driver for the next one. Backends call this on their loop when woken.
+    /// The most handlers one `fireDueTimers` call runs (SwiftNIO runs at most 4096 scheduled
+    /// tasks per loop tick for the same reason): with more due, it re-arms the driver for at
+    /// once and returns, so the host loop serves its I/O between batches of a burst.
+    package static let maxFiresPerCall = 4096
+
+    /// Runs the handlers that are due, in deadline order (then scheduling order), at most
+    /// 4096 of them, then re-arms the driver for the next one (at once, if more are due).
+    /// Backends call this on their loop when woken.
     public func fireDueTimers() {
         mutex.lock()
         guard !isShutDown, driver != nil else {
@@ -481,7 +547,9 @@ import Synchronization
         var released: [Released] = []
         swap(&released, &spareReleased)
         var failure: TimerError?
-        while !isShutDown, let timer = popDueLocked(now: now, into: &released) {
+        var fired = 0
+        while fired < Self.maxFiresPerCall, !isShutDown, let timer = popDueLocked(now: now, into: &released) {
+            fired += 1
             let call = beginCallLocked(timer)
             mutex.unlock()
             // `consume`: without it a debug build keeps `call` (and the handler, tick and
@@ -503,14 +571,14 @@ import Synchronization
                         timer: timer, handler: timer.handler, observers: observers,
                         endWaiters: takeEndWaitersLocked(timer), leavesRegistry: true))
                 timer.handler = Self.endedHandler
-            } else if timer.state == .scheduled && timer.heapIndex < 0 && !isShutDown {
+            } else if timer.state == .scheduled && timer.entrySequence == 0 && !isShutDown {
                 do throws(TimerError) { try queueLocked(timer) } catch {
                     failure = error
                     released.append(Released(timer: timer))
                     break
                 }
-            } else if timer.heapIndex < 0 {
-                // Cancelled or suspended while its handler ran (the heap no longer holds it),
+            } else if timer.entrySequence == 0 {
+                // Cancelled or suspended while its handler ran (the queue no longer holds it),
                 // or the backend began shutting down meanwhile: nothing is queued, and the
                 // driver is not woken, after shutdown has begun; the shutdown cancels it.
                 released.append(Released(timer: timer, endWaiters: takeEndWaitersLocked(timer)))
@@ -518,8 +586,8 @@ import Synchronization
         }
         var stopped: (timers: [TimerHandle], jobs: [UnownedJob]) = ([], [])
         if !isShutDown && failure == nil {
-            while let top = heap.top, top.timer.state != .scheduled, let timer = heap.popTop() {
-                deadInHeap -= 1
+            while let top = queue.top, isDeadLocked(top), let timer = queue.popTop() {
+                deadInQueue -= 1
                 released.append(Released(timer: timer))
             }
             do throws(TimerError) { try rearmLocked() } catch { failure = error }
@@ -565,14 +633,26 @@ import Synchronization
         if waiters > 0 { firingDone.broadcast() }
     }
 
-    /// Pops the next due, scheduled timer; dead entries met on the way go to `released`.
+    /// Pops the next due, scheduled timer; dead entries met on the way go to `released`, and
+    /// entries of timers reset to a later deadline are re-filed at their new place.
     private func popDueLocked(now: UInt64, into released: inout [Released]) -> TimerHandle? {
-        while let top = heap.top, top.key < Self.horizonNanoseconds, top.key <= now || top.timer.deadline <= now,
-            let timer = heap.popTop()
-        {
-            if timer.state == .scheduled { return timer }
-            deadInHeap -= 1
-            released.append(Released(timer: timer))
+        while let top = queue.top, top.key < Self.horizonNanoseconds {
+            let timer = top.element.takeUnretainedValue()
+            if timer.entrySequence != top.sequence {
+                deadInQueue -= 1
+                if let timer = queue.popTop() { released.append(Released(timer: timer)) }
+                continue
+            }
+            if timer.orderSequence != top.sequence {
+                // Reset later while it waited: it takes its new place now, in the order of its reset.
+                let key = RepeatRule.latestFireTime(timer)
+                queue.refileTop(key: key, sequence: timer.orderSequence)
+                timer.entrySequence = timer.orderSequence
+                continue
+            }
+            guard top.key <= now || timer.deadline <= now else { return nil }
+            timer.entrySequence = 0
+            return queue.popTop()
         }
         return nil
     }
@@ -599,7 +679,7 @@ import Synchronization
     /// now, whatever that call did to it — suspended it included — unless it rescheduled it
     /// (which gives it calls again) or ended it.
     private func isLastCallOverLocked(_ timer: TimerHandle) -> Bool {
-        !timer.state.hasEnded && timer.remaining == 0 && timer.heapIndex < 0
+        !timer.state.hasEnded && timer.remaining == 0 && timer.entrySequence == 0
     }
 
     private func endCallLocked(_ timer: TimerHandle, called: Bool) {
@@ -668,7 +748,7 @@ import Synchronization
         finishShutdown(queued)
     }
 
-    /// Marks the scheduler shut down and empties the heap; returns the timers it held, to be
+    /// Marks the scheduler shut down and empties the queue; returns the timers it held, to be
     /// cancelled (and released) after unlocking. Empty if it was already shut down.
     private func beginShutdownLocked(failure: TimerError?) -> (timers: [TimerHandle], jobs: [UnownedJob]) {
         guard !isShutDown else { return ([], []) }
@@ -676,9 +756,11 @@ import Synchronization
         loopFailure = failure
         shutDownFlag.store(true, ordering: .relaxed)
         armedKey = .max
-        deadInHeap = 0
+        deadInQueue = 0
         defer { jobs = [] }
-        return (heap.removeAll(), jobs)
+        let queued = queue.removeAll()
+        for timer in queued { timer.entrySequence = 0 }
+        return (queued, jobs)
     }
 
     /// Ends every timer of this scheduler together: one pass under the registry's lock lists
@@ -687,9 +769,9 @@ import Synchronization
     private func finishShutdown(_ queued: (timers: [TimerHandle], jobs: [UnownedJob])) {
         // Tasks that preferred the loop carry on without it.
         for job in queued.jobs { globalConcurrentExecutor.enqueue(job) }
-        // The heap's references are let go of after the locks. Every timer it held is in the
+        // The queue's references are let go of after the locks. Every timer it held is in the
         // registry, as are the suspended, firing and task-running ones it does not hold; none
-        // enters the heap once shutdown has begun.
+        // enters the queue once shutdown has begun.
         withExtendedLifetime(queued.timers) {
             let timers = registry.timers(in: registryShard)
             var ended: [TimerHandle] = []

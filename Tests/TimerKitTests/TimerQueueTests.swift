@@ -1,0 +1,106 @@
+import Testing
+import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
+
+/// The queue as a plain data structure, with no scheduler and no thread.
+@Suite("Timer queue")
+struct TimerQueueTests {
+    final class Item {
+        let id: Int
+        var live = true
+        init(_ id: Int) { self.id = id }
+    }
+
+    /// Empties `queue` into the order it pops in, giving back its retains.
+    private func drain(_ queue: inout TimerQueue<Item>) -> [(key: UInt64, sequence: UInt64, id: Int)] {
+        var popped: [(UInt64, UInt64, Int)] = []
+        while let top = queue.top, let item = queue.popTop() { popped.append((top.key, top.sequence, item.id)) }
+        return popped
+    }
+
+    @Test func popsInKeyThenSequenceOrder() {
+        var rng = SplitMix(seed: 7)
+        var queue = TimerQueue<Item>()
+        var expected: [(UInt64, UInt64)] = []
+        for sequence in 1...5000 as ClosedRange<UInt64> {
+            let key = UInt64(rng.next() % 300)  // many equal keys: the sequence must order them
+            queue.insert(Item(Int(sequence)), key: key, sequence: sequence)
+            expected.append((key, sequence))
+            if sequence % 500 == 0 { queue.checkInvariants() }
+        }
+        let popped = drain(&queue)
+        expected.sort { $0.0 < $1.0 || ($0.0 == $1.0 && $0.1 < $1.1) }
+        #expect(popped.map(\.key) == expected.map(\.0))
+        #expect(popped.map(\.sequence) == expected.map(\.1))
+        #expect(queue.isEmpty)
+    }
+
+    @Test func aRefiledTopSinksToItsNewPlace() {
+        var queue = TimerQueue<Item>()
+        for id in 1...10 { queue.insert(Item(id), key: UInt64(id) * 10, sequence: UInt64(id)) }
+        queue.refileTop(key: 55, sequence: 11)  // item 1 moves from 10 to 55
+        queue.checkInvariants()
+        #expect(drain(&queue).map(\.id) == [2, 3, 4, 5, 1, 6, 7, 8, 9, 10])
+    }
+
+    @Test func aSweepRemovesOnlyDeadEntriesAndKeepsTheOrder() {
+        var rng = SplitMix(seed: 11)
+        var queue = TimerQueue<Item>()
+        var items: [Item] = []
+        for id in 0..<2000 {
+            let item = Item(id)
+            items.append(item)
+            queue.insert(item, key: rng.next() % 1_000_000, sequence: UInt64(id + 1))
+        }
+        for item in items where item.id % 3 != 0 { item.live = false }
+        var removed: [Item] = []
+        var found = 0
+        // Bounded work per call: the budget and the limit both hold.
+        let first = queue.sweep(budget: 16, limit: 2, isDead: { !$0.element.takeUnretainedValue().live }, into: &removed)
+        #expect(first <= 2)
+        found += first
+        while found < 1333 {
+            let step = queue.sweep(budget: 16, limit: 4, isDead: { !$0.element.takeUnretainedValue().live }, into: &removed)
+            #expect(step <= 4)
+            found += step
+            queue.checkInvariants()
+        }
+        #expect(removed.count == 1333)
+        #expect(removed.allSatisfy { !$0.live })
+        let rest = drain(&queue)
+        #expect(rest.count == 667)
+        #expect(Set(rest.map(\.id)) == Set(items.filter(\.live).map(\.id)))
+        #expect(zip(rest, rest.dropFirst()).allSatisfy { $0.key <= $1.key })
+    }
+
+    @Test func theQueueHoldsOneReferencePerEntryAndGivesItBack() {
+        weak var gone: Item?
+        var queue = TimerQueue<Item>()
+        do {
+            let item = Item(1)
+            gone = item
+            queue.insert(item, key: 5, sequence: 1)
+            queue.insert(item, key: 9, sequence: 2)  // a dead entry beside the live one
+        }
+        #expect(gone != nil, "the queue keeps its elements alive")
+        let all = queue.removeAll()
+        #expect(all.count == 2)
+        #expect(queue.isEmpty)
+        _ = consume all
+        #expect(gone == nil, "removeAll gave back both retains")
+    }
+}
+
+/// A small deterministic generator, so a failure repeats.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

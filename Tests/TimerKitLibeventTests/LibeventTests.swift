@@ -47,7 +47,8 @@ struct LibeventTests {
         let callerThread = Locked<UInt>(0)
         let handlerThread = Locked<UInt>(0)
         let fired = DispatchSemaphore(value: 0)
-        try withCallersLoop(onLoopThread: { callerThread.withLock { $0 = UInt(pthread_self()) } }) { base, _ in
+        let recordLoopThread: @Sendable () -> Void = { callerThread.withLock { $0 = UInt(pthread_self()) } }
+        try withCallersLoop(onLoopThread: recordLoopThread) { base, _ in
             let backend = try LibeventBackend(attachedTo: base, registry: TimerRegistry())
             #expect(backend.isAttached)
             try backend.schedule(.after(.milliseconds(2))) { _ in

@@ -47,7 +47,7 @@ import Synchronization
     @exclusivity(unchecked) private var armedKey: UInt64 = .max
     /// Queue entries that no longer stand for their timer (it was cancelled, suspended, or
     /// moved earlier). Cancel only marks: a dead entry leaves when it reaches the top, or is
-    /// swept a few at a time once dead entries pass half the live ones (`sweepDeadLocked`),
+    /// swept a few at a time once they near the number of live ones (`sweepDeadLocked`),
     /// so no operation pays for a pass over the whole queue.
     @exclusivity(unchecked) private var deadInQueue = 0
     /// Timers whose dead entries left the queue under the lock: released after it, by the
@@ -231,7 +231,7 @@ import Synchronization
 
     /// Called when `timer` stops being scheduled. Its entry stays in the queue (touching the
     /// queue here would cost several cache misses per cancel with many timers) unless it is
-    /// the earliest, or dead entries pass half the live ones: then a few are swept. Timers the
+    /// the earliest, or dead entries near the number of live ones: then a few are swept. Timers the
     /// queue lets go of go to `sweptTimers`, for the caller to release after unlocking
     /// (`takeSweptLocked`).
     private func retireLocked(_ timer: TimerHandle) {
@@ -254,11 +254,12 @@ import Synchronization
         }
     }
 
-    /// Once dead entries pass half the live ones, each new dead entry pays for sweeping up to
-    /// two (looking at no more than 16 entries): dead entries then fall back faster than they
-    /// come, so they never outnumber the live ones, and no call does more than a bounded bit.
+    /// Once dead entries pass three quarters of the live ones, each new dead entry pays for
+    /// sweeping up to two (looking at no more than 16 entries): dead entries then fall back
+    /// faster than they come, so they never outnumber the live ones, and no call does more
+    /// than a bounded bit. Below that, a cancel touches nothing but its own timer.
     private func sweepDeadLocked() {
-        guard deadInQueue * 2 > queue.count - deadInQueue else { return }
+        guard deadInQueue * 4 > (queue.count - deadInQueue) * 3 else { return }
         deadInQueue -= queue.sweep(budget: 16, limit: 2, isDead: isDeadLocked, into: &sweptTimers)
     }
 

@@ -108,11 +108,13 @@ extension ConformanceTests {
             _ = consume forRegistry
             // A per-timer observer: released with the timer, once it has finished.
             let forTimer = try CallsBackOnDeinit(h.backend, deinits: deinits)
-            let observed = try h.backend.schedule(.after(ms(2))) { _ in
+            // An hour away until its observer is in place: on a busy machine 2 ms can pass first.
+            let observed = try h.backend.schedule(.after(.seconds(3600))) { _ in
                 h.registry.removeObserver(token)
                 fired.increment()
             }
             try observed.addObserver(TimerObserver(didFire: { _, _ in withExtendedLifetime(forTimer) {} }))
+            try observed.reschedule(.after(ms(2)))
             _ = consume forTimer
             _ = consume observed
             #expect(h.waitUntil { fired.current == 1 })

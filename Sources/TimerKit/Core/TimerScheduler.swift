@@ -239,7 +239,7 @@ import Synchronization
         guard sequence != 0 else { return }
         unqueueLocked(timer)
         if queue.top?.sequence == sequence {
-            dropDeadTopsLocked(into: &sweptTimers)
+            dropDeadTopsLocked()
         } else {
             sweepDeadLocked()
         }
@@ -263,10 +263,11 @@ import Synchronization
         deadInQueue -= queue.sweep(budget: 16, limit: 2, isDead: isDeadLocked, into: &sweptTimers)
     }
 
-    private func dropDeadTopsLocked(into dropped: inout [TimerHandle]) {
+    /// Drops the dead entries at the top into `sweptTimers`, so the earliest entry is live.
+    private func dropDeadTopsLocked() {
         while let top = queue.top, isDeadLocked(top), let timer = queue.popTop() {
             deadInQueue -= 1
-            dropped.append(timer)
+            sweptTimers.append(timer)
         }
     }
 

@@ -30,6 +30,18 @@ extension TimerBackend {
     /// The registry this backend's timers are registered in.
     public var registry: TimerRegistry { scheduler.registry }
 
+    /// The most live timers (scheduled or suspended) this backend holds; nil: no limit.
+    public var maxLiveTimers: Int? { registry.maxLiveTimers(in: scheduler.registryShard) }
+
+    /// Caps this backend's live timers (scheduled or suspended, helpers' and sleeps' timers
+    /// included): once `limit` are live, scheduling another throws
+    /// `TimerError.liveTimerLimit(scope:limit:)`, naming this backend and the cap, until one
+    /// ends. Timers live already are kept, even above a lower new limit. Nil removes the cap.
+    /// - Throws: `TimerError.invalidOption` for a negative `limit`.
+    public func limitLiveTimers(to limit: Int?) throws(TimerError) {
+        try registry.limitLiveTimers(to: limit, in: scheduler.registryShard)
+    }
+
     /// The backend's current time (CLOCK_MONOTONIC; virtual for Manual).
     public func now() -> MonotonicInstant { scheduler.now() }
 

@@ -38,6 +38,10 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     case systemCall(call: String, errno: Int32)
     /// A backend's native library reported a failure.
     case nativeFailure(backend: String, call: String)
+    /// Scheduling would pass a cap on live timers (`TimerBackend/limitLiveTimers(to:)`,
+    /// `TimerRegistry/limitLiveTimers(to:)`). `scope` is whose cap: "epoll backend",
+    /// "registry", …
+    case liveTimerLimit(scope: String, limit: Int)
 
     public var description: String {
         switch self {
@@ -58,6 +62,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .invalidOption(name, value, allowed): "\(name) must be in \(allowed) (got \(value))"
         case let .systemCall(call, errno): "\(call) failed: errno \(errno) (\(String(cString: strerror(errno))))"
         case let .nativeFailure(backend, call): "\(backend): \(call) failed"
+        case let .liveTimerLimit(scope, limit): "the \(scope) already has its limit of \(limit) live timers"
         }
     }
 
@@ -80,6 +85,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let (.invalidOption(n1, v1, a1), .invalidOption(n2, v2, a2)): return n1 == n2 && v1 == v2 && a1 == a2
         case let (.systemCall(c1, e1), .systemCall(c2, e2)): return c1 == c2 && e1 == e2
         case let (.nativeFailure(b1, c1), .nativeFailure(b2, c2)): return b1 == b2 && c1 == c2
+        case let (.liveTimerLimit(s1, l1), .liveTimerLimit(s2, l2)): return s1 == s2 && l1 == l2
         default: return false
         }
     }

@@ -16,6 +16,13 @@ final class TimerExtras {
     var runningTask: Task<Void, Never>?
     /// A reschedule while a task ran: its first deadline stands when the task returns.
     var rescheduledDuringTask = false
+    /// The `Debouncer` or `Throttler` whose timer this is (weak: the helper owns the timer).
+    /// Read only by `TimerScheduler.helper(of:)`, which hands it out of the lock: a strong
+    /// reference taken from it must never be the last one released under the lock.
+    weak var helper: AnyObject?
+    /// Suspended, not finished, after its last call (a helper's timer): the helper's next
+    /// call moves and resumes it, so a burst of calls reuses one timer.
+    var parksAfterLastCall = false
 }
 
 /// An action to run once a timer has ended and gone idle, and the token that takes it back.

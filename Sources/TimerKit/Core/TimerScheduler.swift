@@ -34,7 +34,7 @@ import Synchronization
 
     let mutex = PThreadMutex()
     /// The registry slots this scheduler's timers occupy (guarded by the registry's lock).
-    let registryShard = RegistryShard()
+    let registryShard: RegistryShard
     /// Broadcast when a handler call or a `fireDueTimers` call ends, to `cancelAndWait` and
     /// `shutdown` callers waiting for one.
     private let firingDone = PThreadCondition()
@@ -81,6 +81,7 @@ import Synchronization
     /// global executor).
     public init(backendName: String, registry: TimerRegistry, clock: SchedulerClock = .monotonic, taskExecutor: (any TaskExecutor)? = nil) {
         self.backendName = backendName
+        self.registryShard = RegistryShard(backendName: backendName)
         self.registry = registry
         self.clock = clock
         self.taskExecutor = taskExecutor
@@ -141,17 +142,19 @@ import Synchronization
     func schedule(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
         target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
-        handler: @escaping @Sendable (Tick) -> Void
+        helper: AnyObject? = nil, handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
         if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
         if let name { try TimerRegistry.validate(name: name) }
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
         let resolved = try schedule.resolve(now: clock.now())
         var extras: TimerExtras?
-        if tolerance > .zero || runsTasks {
+        if tolerance > .zero || runsTasks || helper != nil {
             let more = TimerExtras()
             more.tolerance = UInt64(tolerance.saturatingNanoseconds)
             more.runsTasks = runsTasks
+            more.helper = helper
+            more.parksAfterLastCall = helper != nil
             extras = more
         }
         let timer = try registry.register(name: name, in: registryShard) { id in
@@ -431,6 +434,11 @@ import Synchronization
         return extras.observers
     }
 
+    /// The debouncer or throttler that `timer` belongs to, if any.
+    func helper(of timer: TimerHandle) -> AnyObject? {
+        mutex.withLock { timer.extras?.helper }
+    }
+
     /// Returns once no call of `timer`'s handler is running, or at once when the caller is
     /// the thread running it (a handler waiting for itself would never return).
     func waitUntilIdle(_ timer: TimerHandle) {
@@ -565,6 +573,9 @@ import Synchronization
                 // the last thing running: then `ended` waits no longer.
                 let endWaiters = takeEndWaitersLocked(timer)
                 if !endWaiters.isEmpty { released.append(Released(timer: timer, endWaiters: endWaiters)) }
+            } else if isLastCallOverLocked(timer) && timer.extras?.parksAfterLastCall == true {
+                // A debouncer's or throttler's timer waits, suspended, for its next call.
+                timer.state = .suspended
             } else if isLastCallOverLocked(timer) {
                 timer.state = .finished
                 let observers = dropObserversLocked(timer)

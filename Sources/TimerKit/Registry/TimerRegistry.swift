@@ -37,6 +37,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// Chunks no scheduler holds (their schedulers shut down with every timer gone).
     @exclusivity(unchecked) private var freeChunks: [UInt32] = []
     @exclusivity(unchecked) private var liveCount = 0
+    @exclusivity(unchecked) private var maxLive = Int.max
     /// Ended timers whose slots are not yet cleared. Clearing a slot is a cache miss when
     /// there are many timers; done in batches the misses overlap. Every read flushes first,
     /// so no lookup ever sees an ended timer.
@@ -87,12 +88,15 @@ public final class TimerRegistry: @unchecked Sendable {
                 flushed = flushLocked()  // the holder of the name may have just ended
                 if idByName[name] != nil { throw .duplicateName(name) }
             }
+            if liveCount >= maxLive { throw .liveTimerLimit(scope: "registry", limit: maxLive) }
+            if shard.live >= shard.maxLive { throw .liveTimerLimit(scope: "\(shard.backendName) backend", limit: shard.maxLive) }
             while shard.freeSlots.isEmpty { giveChunkLocked(to: shard) }
             let slot = shard.freeSlots.removeLast()
             let id = UInt64(slots[Int(slot)].generation) << 32 | UInt64(slot)
             let timer = make(id)
             slots[Int(slot)].timer = timer
             shard.occupied += 1
+            shard.live += 1
             liveCount += 1
             if let name { idByName[name] = id }
             return timer
@@ -117,6 +121,34 @@ public final class TimerRegistry: @unchecked Sendable {
         for slot in (first..<first + Self.chunkSize).reversed() where slots[slot].generation < UInt32.max {
             shard.freeSlots.append(UInt32(slot))
         }
+    }
+
+    /// The most live timers this registry holds, across its backends; nil: no limit. See
+    /// `limitLiveTimers(to:)`.
+    public var maxLiveTimers: Int? {
+        let limit = withCurrent { maxLive }
+        return limit == .max ? nil : limit
+    }
+
+    /// Caps the live timers (scheduled or suspended) of every backend registering here
+    /// together: once `limit` are live, scheduling another throws
+    /// `TimerError.liveTimerLimit(scope:limit:)` until one ends. Timers live already are
+    /// kept, even above a lower new limit. Nil removes the cap. Each backend can also have a
+    /// cap of its own (`TimerBackend/limitLiveTimers(to:)`).
+    /// - Throws: `TimerError.invalidOption` for a negative `limit`.
+    public func limitLiveTimers(to limit: Int?) throws(TimerError) {
+        if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
+        withCurrent { maxLive = limit ?? .max }
+    }
+
+    func limitLiveTimers(to limit: Int?, in shard: RegistryShard) throws(TimerError) {
+        if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
+        withCurrent { shard.maxLive = limit ?? .max }
+    }
+
+    func maxLiveTimers(in shard: RegistryShard) -> Int? {
+        let limit = withCurrent { shard.maxLive }
+        return limit == .max ? nil : limit
     }
 
     /// Called when the scheduler that owns `shard` shuts down or goes away: once its last
@@ -149,6 +181,7 @@ public final class TimerRegistry: @unchecked Sendable {
         let flushed: [TimerHandle] = mutex.withLock {
             pendingRemovals.append(timer)
             liveCount -= 1
+            timer.scheduler.registryShard.live -= 1
             let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
             return flushNow ? flushLocked() : []
         }
@@ -161,6 +194,7 @@ public final class TimerRegistry: @unchecked Sendable {
         let flushed: [TimerHandle] = mutex.withLock {
             pendingRemovals.append(contentsOf: timers)
             liveCount -= timers.count
+            for timer in timers { timer.scheduler.registryShard.live -= 1 }
             return flushLocked()
         }
         withExtendedLifetime(flushed) {}
@@ -366,8 +400,14 @@ public final class TimerRegistry: @unchecked Sendable {
 /// One scheduler's part of a registry: the chunks of slots its timers are registered in. Its
 /// fields belong to the registry and are read and written only under the registry's lock.
 final class RegistryShard: @unchecked Sendable {
-    // @unchecked: every stored property is read and written only while holding the lock of
-    // the registry the owning scheduler registers in (one registry per scheduler).
+    // @unchecked: `backendName` is immutable; every other stored property is read and written
+    // only while holding the lock of the registry the owning scheduler registers in (one
+    // registry per scheduler).
+    let backendName: String
+    /// Timers of the scheduler that have not ended (`occupied` less those waiting for removal).
+    @exclusivity(unchecked) var live = 0
+    /// The scheduler's cap on `live` (`Int.max`: none).
+    @exclusivity(unchecked) var maxLive = Int.max
     @exclusivity(unchecked) var chunks: [UInt32] = []
     @exclusivity(unchecked) var freeSlots: [UInt32] = []
     /// Slots holding a timer, ended timers waiting in the removal batch included.
@@ -375,4 +415,6 @@ final class RegistryShard: @unchecked Sendable {
     /// Its scheduler has shut down: freed slots are not reused, and the chunks go back to the
     /// registry once the last timer has left.
     @exclusivity(unchecked) var isRetired = false
+
+    init(backendName: String) { self.backendName = backendName }
 }

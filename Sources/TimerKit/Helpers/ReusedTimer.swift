@@ -1,0 +1,113 @@
+/// The one timer a `Debouncer` or `Throttler` moves from call to call, so that a burst of calls
+/// costs no new timer: a later deadline only updates the timer (the queue re-files it when it
+/// comes due), and after the last call of a burst the timer waits suspended for the next one.
+/// Every method is called while holding the owner's lock; none of them runs user code.
+struct ReusedTimer {
+    let scheduler: TimerScheduler
+    let name: String?
+    /// Ends the timer when the owner goes idle, instead of keeping it suspended: for helpers
+    /// found by name, which should not stay registered once they have nothing to do.
+    let endsWhenIdle: Bool
+    private(set) var timer: TimerHandle?
+    /// The timer is suspended (or absent): the next `arm` resumes (or schedules) it.
+    private(set) var isIdle = true
+    /// The deadline of the latest `arm`. A call of the handler for an earlier one is stale:
+    /// a later `arm` moved the timer on while that call was on its way.
+    private(set) var armedAt: UInt64 = 0
+
+    /// Whether the timer is there and has not been ended from outside (by name, `cancelAll`,
+    /// a shutdown). Takes the scheduler's lock.
+    var isLive: Bool { timer?.isActive ?? false }
+
+    init(scheduler: TimerScheduler, name: String?, endsWhenIdle: Bool) {
+        self.scheduler = scheduler
+        self.name = name
+        self.endsWhenIdle = endsWhenIdle
+    }
+
+    /// Makes the timer due at `deadline`: moves it (and resumes it if idle), or schedules one
+    /// (`makeHandler` is called only then) if there is none or it was ended from outside (by
+    /// name, `cancelAll`). Returns an ended handle for the caller to let go of after unlocking.
+    mutating func arm(
+        at deadline: UInt64, owner: AnyObject, makeHandler: () -> @Sendable (Tick) -> Void
+    ) throws(TimerError) -> TimerHandle? {
+        let schedule = TimerSchedule.at(MonotonicInstant(nanoseconds: deadline))
+        if let timer {
+            do throws(TimerError) {
+                try timer.reschedule(schedule)
+                if isIdle { try timer.resume() }
+                isIdle = false
+                armedAt = deadline
+                return nil
+            } catch {
+                guard case .timerEnded = error else { throw error }
+            }
+        }
+        let ended = timer
+        timer = nil
+        isIdle = true
+        timer = try scheduler.schedule(
+            schedule, name: name, tolerance: .zero, policy: .skip, target: nil, helper: owner, handler: makeHandler())
+        isIdle = false
+        armedAt = deadline
+        return ended
+    }
+
+    /// Nothing is left to do: the timer stays suspended after this call of its handler (the
+    /// scheduler parks it), or ends if `endsWhenIdle`. Called from the handler.
+    mutating func becomeIdle() -> TimerHandle? {
+        isIdle = true
+        guard endsWhenIdle, let ended = timer else { return nil }
+        timer = nil
+        ended.cancel()
+        return ended
+    }
+
+    /// Stops a pending timer from firing (suspends it, or ends it if `endsWhenIdle`).
+    mutating func stop() -> TimerHandle? {
+        guard !isIdle, let timer else { return nil }
+        isIdle = true
+        if endsWhenIdle {
+            self.timer = nil
+            timer.cancel()
+            return timer
+        }
+        do throws(TimerError) { try timer.suspend() } catch {
+            // It has ended already (cancelled by name): the next `arm` schedules a new one.
+        }
+        return nil
+    }
+}
+
+extension TimerBackend {
+    /// The live helper of type `Helper` registered on this backend as `name`, creating one
+    /// with `make` if none is; a timer of that name that is not such a helper is a
+    /// `duplicateName` error. Then runs `call` on it. Two threads creating one at once: the
+    /// second finds the first's.
+    func withHelper<Helper: AnyObject>(
+        named name: String, make: () throws(TimerError) -> Helper, _ call: (Helper) throws(TimerError) -> Void
+    ) throws(TimerError) {
+        try TimerRegistry.validate(name: name)
+        for _ in 0..<3 {
+            if let timer = registry.timer(named: name) {
+                guard timer.scheduler === scheduler, let helper = scheduler.helper(of: timer) as? Helper else {
+                    throw .duplicateName(name)
+                }
+                do throws(TimerError) {
+                    return try call(helper)
+                } catch {
+                    // It ended between the lookup and the call: look again.
+                    guard case .timerEnded = error else { throw error }
+                    continue
+                }
+            }
+            do throws(TimerError) {
+                return try call(try make())
+            } catch {
+                // Another thread registered the name first: use its helper.
+                guard case .duplicateName = error else { throw error }
+            }
+        }
+        throw .duplicateName(name)
+    }
+}

@@ -313,7 +313,10 @@ struct HelperTests {
         try throttler.call(runs.work("a"))
         clock.runDue()
         let late = runs.work("during")
-        try throttler.call { runs.work("b")(); try? throttler.call(late) }
+        try throttler.call {
+            runs.work("b")()
+            try? throttler.call(late)
+        }
         at(100, clock, runs)
         #expect(runs.labels == ["a", "b"])
         at(200, clock, runs)

@@ -58,6 +58,32 @@ let benchmarks: @Sendable () -> Void = {
         timer.cancel()
     }
 
+    // A debounce called over and over in one burst: each call moves the one timer's deadline
+    // later. Goal: no allocation per call after the burst's first (the work here captures
+    // nothing, so the caller allocates nothing for it either).
+    Benchmark("debounce by name, calls in one burst (manual)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) {
+        benchmark in
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        try clock.debounce("save", for: .milliseconds(300)) {}
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            try clock.debounce("save", for: .milliseconds(300)) {}
+        }
+        benchmark.stopMeasurement()
+    }
+
+    Benchmark("debouncer object, calls in one burst (manual)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) {
+        benchmark in
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let debouncer = try Debouncer(for: .milliseconds(300), on: clock)
+        try debouncer.call {}
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations { try debouncer.call {} }
+        benchmark.stopMeasurement()
+    }
+
     // The fire path of a repeating timer, synchronously on virtual time: the core alone.
     Benchmark("fire path, repeating timer (manual)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) { benchmark in
         let clock = ManualBackend(registry: TimerRegistry())

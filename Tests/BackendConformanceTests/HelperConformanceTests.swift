@@ -1,0 +1,173 @@
+import Foundation
+import Testing
+@_spi(BackendImplementation) import TimerKit
+import TimerKitTestSupport
+
+extension ConformanceTests {
+    /// Debounce, throttle, timeouts, owned timers and live-timer caps on every backend
+    /// configuration. (Their exact timing is tested on virtual time, in HelperTests.)
+    @Suite("Helpers")
+    struct Helpers {
+        /// The values of the work that ran, and whether each ran on the backend's loop.
+        final class Runs: Sendable {
+            private let log = Locked<[(value: Int, onLoop: Bool)]>([])
+            func record(_ value: Int, on backend: any TimerBackend) {
+                let onLoop = backend.scheduler.isOnLoop
+                log.withLock { $0.append((value, onLoop)) }
+            }
+            var values: [Int] { log.current.map(\.value) }
+            var allOnTheLoop: Bool { log.current.allSatisfy(\.onLoop) }
+            var count: Int { log.current.count }
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let runs = Runs()
+            let delay = ms(300)
+            let started = ContinuousClock.now
+            for value in 0..<20 {
+                try h.backend.debounce("save", for: delay) { [backend = h.backend] in runs.record(value, on: backend) }
+            }
+            let callsTook = ContinuousClock.now - started
+            #expect(h.registry.names == ["save"], "registered while work waits")
+            #expect(h.waitUntil { runs.count >= 1 })
+            h.pass(ms(100))
+            #expect(runs.values.last == 19, "the last call's work")
+            if callsTook < delay { #expect(runs.count == 1, "the calls came within \(delay) of each other: one run") }
+            #expect(runs.allOnTheLoop)
+            #expect(h.waitUntil { h.registry.count == 0 }, "nothing registered once the work has run")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let runs = Runs()
+            let throttler = try Throttler(every: .seconds(3600), edge: .leading, name: "scroll", on: h.backend)
+            for value in 0..<100 { try throttler.call { [backend = h.backend] in runs.record(value, on: backend) } }
+            #expect(h.waitUntil { runs.count >= 1 })
+            h.pass(ms(50))
+            #expect(runs.values == [0])
+            #expect(runs.allOnTheLoop)
+            #expect(try h.registry.snapshot(named: "scroll").state == .scheduled, "its window is open")
+            throttler.cancel()
+            try throttler.call { [backend = h.backend] in runs.record(100, on: backend) }
+            #expect(h.waitUntil { runs.count == 2 }, "cancelling closed the window: the next call runs at once")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func withTimeoutCancelsAnOperationThatRunsOutOfTime(_ kind: BackendKind) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            await #expect(throws: TimeoutError.self) {
+                try await h.drive {
+                    try await withTimeout(ms(50), on: backend, name: "limit") { try await backend.clock.sleep(for: .seconds(3600)) }
+                }
+            }
+            #expect(await waitForAsync { h.registry.count == 0 }, "nothing left registered")
+            let value = try await h.drive { try await withTimeout(.seconds(3600), on: backend) { 7 } }
+            #expect(value == 7)
+            #expect(h.registry.timer(named: "limit") == nil)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let runs = Counter()
+            let debouncer = try Debouncer(for: .microseconds(200), name: "raced", on: h.backend)
+            let throttler = try Throttler(every: .microseconds(300), edge: .both, on: h.backend)
+            h.driveInBackground(for: ms(200))
+            onThreads(3) { thread in
+                let until = ContinuousClock.now + .milliseconds(150)
+                while ContinuousClock.now < until {
+                    try? debouncer.call { runs.increment() }
+                    try? throttler.call { runs.increment() }
+                    if thread == 0 { debouncer.cancel() }
+                    if thread == 1 { try? h.registry.cancel(named: "raced") }
+                }
+            }
+            // Whatever the race left, a debouncer called once more runs that call's work.
+            let last = Locked(false)
+            try debouncer.call { last.withLock { $0 = true } }
+            #expect(h.waitUntil { last.current }, "the last call's work ran")
+            #expect(h.registry.timer(named: "raced") != nil, "the debouncer's timer waits for its next call")
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func workWhoseCapturesCallBackIntoTimerKitWhenReleased(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let released = Counter()
+            final class CallsBack: Sendable {
+                let backend: any TimerBackend
+                let released: Counter
+                init(_ backend: any TimerBackend, _ released: Counter) {
+                    self.backend = backend
+                    self.released = released
+                }
+                deinit {
+                    // Re-enters the registry and the scheduler from wherever the work is let go of.
+                    try? backend.debounce("from-deinit", for: .seconds(3600)) {}
+                    _ = backend.registry.snapshot()
+                    released.increment()
+                }
+            }
+            do {
+                let ran = CallsBack(h.backend, released)
+                try h.backend.debounce("ran", for: ms(1)) { _ = ran }
+                let displaced = CallsBack(h.backend, released)
+                try h.backend.throttle("displaced", every: .seconds(3600), edge: .trailing) { _ = displaced }
+                try h.backend.throttle("displaced", every: .seconds(3600), edge: .trailing) {}
+            }
+            #expect(h.waitUntil { released.current == 2 }, "both captures were released, neither under a lock")
+            #expect(h.registry.timer(named: "from-deinit") != nil)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func shuttingDownFromInsideDebouncedWork(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let ran = Counter()
+            try h.backend.debounce("last", for: ms(1)) { [backend = h.backend] in
+                backend.shutdown()
+                ran.increment()
+            }
+            #expect(h.waitUntil { ran.current == 1 })
+            #expect(h.waitUntil { h.backend.scheduler.hasShutDown })
+            #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) { try h.backend.debounce("after", for: ms(1)) {} }
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func anOwnedTimerIsCancelledWhenItsOwnerGoes(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let handle: TimerHandle
+            do {
+                let owned = try OwnedTimer(h.backend.schedule(.every(ms(5))) { _ in })
+                handle = owned.handle
+                #expect(h.registry.count == 1)
+            }
+            #expect(handle.currentState == .cancelled)
+            #expect(h.registry.count == 0)
+        }
+
+        @Test(arguments: BackendKind.allCases)
+        func theLiveTimerCapHolds(_ kind: BackendKind) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            try h.backend.limitLiveTimers(to: 2)
+            let first = try h.backend.schedule(.after(.seconds(3600))) { _ in }
+            try h.backend.schedule(.every(.seconds(3600))) { _ in }
+            #expect(throws: TimerError.liveTimerLimit(scope: "\(h.backend.name) backend", limit: 2)) {
+                try h.backend.schedule(.after(ms(1))) { _ in }
+            }
+            first.cancel()
+            try h.backend.schedule(.after(.seconds(3600))) { _ in }
+            #expect(h.registry.count == 2)
+        }
+    }
+}

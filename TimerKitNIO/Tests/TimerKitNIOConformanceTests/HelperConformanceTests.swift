@@ -1,0 +1,1 @@
+../../../Tests/BackendConformanceTests/HelperConformanceTests.swift

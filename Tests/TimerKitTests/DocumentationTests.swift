@@ -40,3 +40,25 @@ extension DocumentationTests {
         #expect(shown == example[tested...].trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
+
+extension DocumentationTests {
+    /// The helpers article's code blocks are the blocks between `// article:` markers in
+    /// HelperArticleTests.swift, which compiles and runs them.
+    @Test func theHelpersArticleShowsTheTestedExamples() throws {
+        let article = try String(contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/Helpers.md"), encoding: .utf8)
+        let examples = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitTests/HelperArticleTests.swift"), encoding: .utf8)
+        func blocks(in text: String, from open: String, to close: String) -> [String] {
+            text.components(separatedBy: open).dropFirst().compactMap { part in
+                part.components(separatedBy: close).first.map { block in
+                    // Past the marker's own line (its name), up to the closing marker.
+                    let body = open.hasSuffix("\n") ? block : String(block.drop { $0 != "\n" })
+                    return body.trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+            }
+        }
+        let shown = blocks(in: article, from: "```swift\n", to: "```")
+        let tested = blocks(in: examples, from: "// article:", to: "// end")
+        #expect(shown.count == 5)
+        #expect(shown == tested)
+    }
+}

@@ -415,6 +415,27 @@ struct HelperTests {
         #expect(registeredAfter == 0, "the timeout's timer is gone when withTimeout returns")
     }
 
+    @Test func withTimeoutReturnsOnlyOnceACancelledOperationHasReturned() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let gate = Locked<CheckedContinuation<Void, Never>?>(nil)
+        let returned = Locked(false)
+        let attempt = Task(executorPreference: clock.taskExecutor) {
+            defer { returned.withLock { $0 = true } }
+            return try await withTimeout(.seconds(1), on: clock) {
+                // Ignores cancellation: waits for the test to let it go.
+                await withCheckedContinuation { continuation in gate.withLock { $0 = continuation } }
+                return 1
+            }
+        }
+        await clock.advanceAndSettle(by: .seconds(1))
+        #expect(!returned.current, "time ran out, but the operation has not returned")
+        let waiting = gate.withLock { $0.take() }
+        #expect(waiting != nil)
+        waiting?.resume()
+        await #expect(throws: TimeoutError.self, "its value came too late to count") { try await attempt.value }
+    }
+
     @Test func theOperationsOwnErrorIsRethrown() async throws {
         struct Refused: Error, Equatable {}
         let clock = ManualBackend(registry: TimerRegistry())

@@ -77,33 +77,39 @@ public final class Debouncer: @unchecked Sendable {
 
     /// Drops the waiting work, if any: it does not run. The next call starts a new burst.
     public func cancel() {
+        var leftovers = Leftovers()
         mutex.lock()
-        let dropped = work
+        leftovers.work = work
         work = nil
-        let ended = reused.stop()
+        leftovers.timer = reused.stop()
         mutex.unlock()
-        withExtendedLifetime((dropped, ended)) {}
+        withExtendedLifetime(leftovers) {}
     }
 
     func call(after delay: UInt64, _ work: @escaping @Sendable () -> Void) throws(TimerError) {
-        var displaced: (@Sendable () -> Void)? = work
-        var ended: TimerHandle?
+        var leftovers = Leftovers()
         var failure: TimerError?
         mutex.lock()
-        swap(&self.work, &displaced)
+        leftovers.work = self.work
+        self.work = work
         let deadline = reused.scheduler.now().nanoseconds.saturatingAdd(delay)
         do throws(TimerError) {
-            ended = try reused.arm(at: deadline, owner: self, makeHandler: makeHandler)
+            leftovers.timer = try arm(at: deadline)
         } catch {
+            // With no timer to run it (the backend has shut down), no work waits.
             failure = error
+            leftovers.refusedWork = self.work
+            self.work = nil
         }
-        // With no timer to run it (the backend has shut down), no work waits.
-        let unscheduled = failure == nil ? nil : self.work
-        if failure != nil { self.work = nil }
         mutex.unlock()
         // Released here, after unlocking: their captures' deinits may call TimerKit.
-        withExtendedLifetime((displaced, ended, unscheduled)) {}
+        withExtendedLifetime(leftovers) {}
         if let failure { throw failure }
+    }
+
+    private func arm(at deadline: UInt64) throws(TimerError) -> TimerHandle? {
+        if try reused.move(to: deadline) { return nil }
+        return try reused.install(at: deadline, owner: self, handler: makeHandler())
     }
 
     private func makeHandler() -> @Sendable (Tick) -> Void {

@@ -77,14 +77,12 @@ public final class Throttler: @unchecked Sendable {
     /// - Throws: `TimerError` when the timer cannot be scheduled: the backend has shut down,
     ///   or another timer holds `name`. The work is then dropped.
     public func call(_ work: @escaping @Sendable () -> Void) throws(TimerError) {
-        var displaced: (@Sendable () -> Void)? = work
-        var ended: TimerHandle?
+        var leftovers = Leftovers()
         var failure: TimerError?
-        var dropped: (leading: (@Sendable () -> Void)?, trailing: (@Sendable () -> Void)?)
         mutex.lock()
         if windowEnd != 0 && !reused.isLive {
             // Its timer was cancelled from outside (by name, `cancelAll`): the window went with it.
-            dropped = (leadingWork, trailingWork)
+            (leftovers.work, leftovers.moreWork) = (leadingWork, trailingWork)
             (leadingWork, trailingWork, windowEnd) = (nil, nil, 0)
         }
         do throws(TimerError) {
@@ -92,18 +90,21 @@ public final class Throttler: @unchecked Sendable {
                 // This call opens a window.
                 let now = reused.scheduler.now().nanoseconds
                 let end = now.saturatingAdd(intervalNanoseconds)
-                ended = try reused.arm(at: edge.runsLeading ? now : end, owner: self, makeHandler: makeHandler)
+                leftovers.timer = try arm(at: edge.runsLeading ? now : end)
                 windowEnd = end
-                if edge.runsLeading { swap(&leadingWork, &displaced) } else { swap(&trailingWork, &displaced) }
+                if edge.runsLeading { leadingWork = work } else { trailingWork = work }
             } else if edge.runsTrailing {
-                swap(&trailingWork, &displaced)
+                leftovers.work = trailingWork
+                trailingWork = work
+            } else {
+                leftovers.work = work  // `.leading`, inside a window: dropped
             }
-            // Otherwise (`.leading`, inside a window) the work is dropped.
         } catch {
             failure = error
+            leftovers.refusedWork = work
         }
         mutex.unlock()
-        withExtendedLifetime((displaced, ended, dropped)) {}
+        withExtendedLifetime(leftovers) {}
         if let failure { throw failure }
     }
 
@@ -116,13 +117,20 @@ public final class Throttler: @unchecked Sendable {
 
     /// Drops waiting work and closes the window: the next call opens a new one.
     public func cancel() {
+        var leftovers = Leftovers()
         mutex.lock()
-        let dropped = (leadingWork, trailingWork)
+        (leftovers.work, leftovers.moreWork) = (leadingWork, trailingWork)
         (leadingWork, trailingWork) = (nil, nil)
         windowEnd = 0
-        let ended = reused.stop()
+        leftovers.timer = reused.stop()
         mutex.unlock()
-        withExtendedLifetime((dropped, ended)) {}
+        withExtendedLifetime(leftovers) {}
+    }
+
+    /// Makes the timer due at `deadline` (`ReusedTimer`); called under `mutex`.
+    private func arm(at deadline: UInt64) throws(TimerError) -> TimerHandle? {
+        if try reused.move(to: deadline) { return nil }
+        return try reused.install(at: deadline, owner: self, handler: makeHandler())
     }
 
     private func makeHandler() -> @Sendable (Tick) -> Void {
@@ -140,14 +148,14 @@ public final class Throttler: @unchecked Sendable {
             due = leading
             leadingWork = nil
             // Wake again when the window closes: to run trailing work, or to close it.
-            ended = try? reused.arm(at: windowEnd, owner: self, makeHandler: makeHandler)
+            ended = try? arm(at: windowEnd)
         } else if let trailing = trailingWork {
             due = trailing
             trailingWork = nil
             if edge.runsLeading {
                 // A trailing run opens a window: the next leading run is an interval away.
                 windowEnd = tick.actual.nanoseconds.saturatingAdd(intervalNanoseconds)
-                ended = try? reused.arm(at: windowEnd, owner: self, makeHandler: makeHandler)
+                ended = try? arm(at: windowEnd)
             } else {
                 windowEnd = 0
                 ended = reused.becomeIdle()

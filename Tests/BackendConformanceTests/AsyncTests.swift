@@ -254,7 +254,7 @@ extension ConformanceTests {
                 runs.withLock { $0.append((start, end)) }
                 inFlight.withLock { $0 -= 1 }
             }
-            try await h.drive { try await timer.ended }
+            #expect(try await h.drive { try await timer.ended } == .completed)
             let recorded = runs.current
             #expect(recorded.count == 3)
             #expect(overlaps.current == 0)
@@ -281,7 +281,7 @@ extension ConformanceTests {
             }
             try await h.drive { while started.current == 0 { try await clock.sleep(for: ms(1)) } }
             timer.cancel()
-            try await h.drive { try await timer.ended }
+            #expect(try await h.drive { try await timer.ended } == .cancelled)
             #expect(returned.current, "ended returned only after the running task did")
             #expect(sawCancellation.current)
             #expect(started.current == 1)
@@ -292,11 +292,11 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let oneShot = try h.backend.schedule(.after(ms(5))) { _ in }
-            try await h.drive { try await oneShot.ended }
+            #expect(try await h.drive { try await oneShot.ended } == .completed)
             #expect(oneShot.currentState == .finished)
             let repeating = try h.backend.schedule(.every(.seconds(3600))) { _ in }
             repeating.cancel()
-            try await repeating.ended  // already over: returns at once
+            #expect(try await repeating.ended == .cancelled)  // already over: returns at once
         }
 
         @Test(arguments: BackendKind.allCases)
@@ -308,7 +308,7 @@ extension ConformanceTests {
             let outcome = await withTaskGroup(of: String.self) { group in
                 group.addTask {
                     do {
-                        try await repeating.ended
+                        _ = try await repeating.ended
                         return "ended"
                     } catch {
                         return "\(type(of: error)), timer \(repeating.currentState)"
@@ -327,13 +327,13 @@ extension ConformanceTests {
             let cancelled = Task {
                 withUnsafeCurrentTask { $0?.cancel() }
                 do {
-                    try await repeating.ended
+                    _ = try await repeating.ended
                     return false
                 } catch { return true }
             }
             #expect(await cancelled.value)
             repeating.cancel()
-            try await repeating.ended
+            #expect(try await repeating.ended == .cancelled)
         }
 
         @Test(arguments: BackendKind.allCases)
@@ -348,7 +348,7 @@ extension ConformanceTests {
                 MainActor.assertIsolated()
                 ran.withLock { $0 = true }
             }
-            try await h.drive { try await timer.ended }
+            #expect(try await h.drive { try await timer.ended } == .completed)
             #expect(ran.current)
         }
 

@@ -171,3 +171,53 @@ extension ConformanceTests {
         }
     }
 }
+
+extension ConformanceTests.Helpers {
+    @Test(arguments: BackendKind.allCases)
+    func everyTimerIsToldWhyItEnded(_ kind: BackendKind) async throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let told = Locked<[String: TimerEndReason]>([:])
+        func watch(_ timer: TimerHandle, as label: String) {
+            timer.onEnd { reason in told.withLock { $0[label] = reason } }
+        }
+        final class Target: Sendable {}
+        let oneShot = try h.backend.schedule(.after(ms(1))) { _ in }
+        watch(oneShot, as: "one-shot")
+        let counted = try h.backend.schedule(.every(ms(1), count: 2)) { _ in }
+        watch(counted, as: "counted")
+        let byHandle = try h.backend.schedule(.every(.seconds(3600))) { _ in }
+        watch(byHandle, as: "handle")
+        let byName = try h.backend.schedule(.every(.seconds(3600)), name: "by-name") { _ in }
+        watch(byName, as: "name")
+        var target: Target? = Target()
+        let orphan = try h.backend.schedule(.every(.seconds(3600)), target: try #require(target), name: "orphan") { _, _ in }
+        watch(orphan, as: "target")
+        #expect(byHandle.endReason == nil, "nil while live")
+
+        #expect(try await h.drive { try await oneShot.ended } == .completed)
+        #expect(try await h.drive { try await counted.ended } == .completed)
+        byHandle.cancel()
+        #expect(try await byHandle.ended == .cancelled)
+        try h.registry.cancel(named: "by-name")
+        #expect(try await byName.ended == .cancelledByName)
+        target = nil
+        #expect(h.registry.timer(named: "orphan") == nil, "a lookup ends a timer whose target is gone")
+        #expect(try await orphan.ended == .targetReleased)
+
+        let survivors = try (0..<2).map { _ in try h.backend.schedule(.every(.seconds(3600))) { _ in } }
+        h.registry.cancelAll()
+        for timer in survivors { #expect(try await timer.ended == .cancelledByCancelAll) }
+        let lastOne = try h.backend.schedule(.every(.seconds(3600))) { _ in }
+        watch(lastOne, as: "shutdown")
+        h.backend.shutdown()
+        #expect(try await lastOne.ended == .backendShutDown)
+        #expect(lastOne.endReason == .backendShutDown)
+        #expect(await waitForAsync { told.current.count == 6 })
+        #expect(
+            told.current == [
+                "one-shot": .completed, "counted": .completed, "handle": .cancelled, "name": .cancelledByName,
+                "target": .targetReleased, "shutdown": .backendShutDown,
+            ])
+    }
+}

@@ -571,3 +571,20 @@ struct HelperTests {
         #expect(registry.count == 2)
     }
 }
+
+extension HelperTests {
+    @Test func aTimerEndedByItsLoopsFailureIsToldTheError() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let timer = try clock.schedule(.every(.seconds(1))) { _ in }
+        let told = Locked<TimerEndReason?>(nil)
+        timer.onEnd { reason in told.withLock { $0 = reason } }
+        let cause = TimerError.systemCall(call: "epoll_wait", errno: 9)
+        clock.scheduler.fail(with: cause)
+        #expect(try await timer.ended == .loopFailed(cause))
+        #expect(told.current == .loopFailed(cause))
+        // Told at once when it has ended already.
+        timer.onEnd { reason in told.withLock { $0 = reason == .loopFailed(cause) ? nil : reason } }
+        #expect(told.current == nil)
+    }
+}

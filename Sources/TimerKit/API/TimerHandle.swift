@@ -51,6 +51,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @exclusivity(unchecked) var policy: MissedTickPolicy
     /// Calls of the handler under way (a handler that runs its loop nested can make two).
     @exclusivity(unchecked) var activeCalls: UInt16 = 0
+    /// Why it ended; `.live` until then.
+    @exclusivity(unchecked) var endCause: EndCause = .live
     /// The sequence number of the queue entry that stands for this timer; 0 when it has none
     /// (not queued: firing, suspended, ended). Any other entry of it in the queue is dead.
     @exclusivity(unchecked) var entrySequence: UInt64 = 0
@@ -130,7 +132,19 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// Stops the timer. Idempotent; never throws. Once it returns, the loop begins no new call
     /// of the handler; a call it had already begun (running the observers' `willFire` hooks,
     /// or the handler) may still run the handler and finish: `cancelAndWait()` waits for it.
-    public func cancel() { scheduler.cancel(self, finalState: .cancelled) }
+    public func cancel() { scheduler.cancel(self, because: .cancelled) }
+
+    /// Why the timer ended; nil while it is live (scheduled or suspended).
+    public var endReason: TimerEndReason? { scheduler.mutex.withLock { scheduler.endReasonLocked(self) } }
+
+    /// Runs `action` with the reason once the timer has ended and no call of its handler, nor
+    /// a task it started, is still running: at once (on this thread) if that is so already,
+    /// otherwise on the thread that ended it, outside TimerKit's locks. It must be quick.
+    public func onEnd(_ action: @escaping @Sendable (TimerEndReason) -> Void) {
+        scheduler.whenEnded(self) { [self] in action(scheduler.mutex.withLock { scheduler.endReasonLocked(self) } ?? .completed) }
+    }
+
+    func cancel(because cause: EndCause) { scheduler.cancel(self, because: cause) }
 
     /// Cancels, then waits until a call of this timer's handler that the loop had already begun
     /// has returned: once it returns, no handler of this timer is running or about to start,

@@ -38,12 +38,13 @@ extension TimerBackend {
 
 extension TimerHandle {
     /// Suspends until the timer has ended — cancelled, finished, or shut down with its backend
-    /// — and no call of its handler, nor a task `scheduleAsync` started for it, is still running.
+    /// — and no call of its handler, nor a task `scheduleAsync` started for it, is still running;
+    /// then returns why it ended.
     /// The `async` counterpart of `cancelAndWait()`; it does not cancel the timer itself.
     ///
     /// - Throws: `CancellationError` as soon as the waiting task is cancelled (the timer is
     ///   left as it is), so a timeout around it, or a task group that cancels it, never hangs.
-    public var ended: Void {
+    public var ended: TimerEndReason {
         get async throws(CancellationError) {
             let wait = EndWait()
             do {
@@ -59,6 +60,8 @@ extension TimerHandle {
             } catch {
                 throw CancellationError()
             }
+            // Set when it ended, before the wait could finish.
+            return endReason ?? .completed
         }
     }
 }

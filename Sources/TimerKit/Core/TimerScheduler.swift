@@ -304,7 +304,20 @@ import Synchronization
     /// What an ended timer's handler becomes: one shared closure, so ending allocates nothing.
     static let endedHandler: @Sendable (Tick) -> Void = { _ in }
 
-    func cancel(_ timer: TimerHandle, finalState: TimerState) {
+    /// Why `timer` ended, or nil while it is live.
+    func endReasonLocked(_ timer: TimerHandle) -> TimerEndReason? {
+        switch timer.endCause {
+        case .live: nil
+        case .completed: .completed
+        case .cancelled: .cancelled
+        case .cancelledByName: .cancelledByName
+        case .cancelledByCancelAll: .cancelledByCancelAll
+        case .targetReleased: .targetReleased
+        case .shutDown: loopFailure.map { .loopFailed($0) } ?? .backendShutDown
+        }
+    }
+
+    func cancel(_ timer: TimerHandle, because cause: EndCause) {
         // Explicit lock/unlock rather than a closure returning (handler, dropped): that
         // plumbing cost two heap allocations per cancel (seen with a malloc breakpoint).
         mutex.lock()
@@ -312,7 +325,8 @@ import Synchronization
             mutex.unlock()
             return
         }
-        timer.state = finalState
+        timer.state = .cancelled
+        timer.endCause = cause
         retireLocked(timer)
         let swept = takeSweptLocked()
         // Drop the handler now: a closure that captured its own handle would otherwise keep
@@ -408,6 +422,7 @@ import Synchronization
             // Shutdown has ended it, or is about to.
         } else if isLastCallOverLocked(timer) && !extras.rescheduledDuringTask {
             timer.state = .finished
+            timer.endCause = .completed
             finishedHandler = HandlerLifetime(handler: timer.handler)
             timer.handler = Self.endedHandler
             observers = dropObserversLocked(timer)
@@ -578,6 +593,7 @@ import Synchronization
                 timer.state = .suspended
             } else if isLastCallOverLocked(timer) {
                 timer.state = .finished
+                timer.endCause = .completed
                 let observers = dropObserversLocked(timer)
                 released.append(
                     Released(
@@ -717,7 +733,7 @@ import Synchronization
         // strong reference loaded here keeps the target alive for the call and is dropped
         // before the lock is taken again.
         guard let object = target.object else {
-            call.tick.timer.cancel()
+            call.tick.timer.cancel(because: .targetReleased)
             return false
         }
         withExtendedLifetime(object) { invoke(call) }
@@ -794,6 +810,7 @@ import Synchronization
             mutex.lock()
             for timer in timers where !timer.state.hasEnded {
                 timer.state = .cancelled
+                timer.endCause = .shutDown
                 released.append(
                     Released(
                         timer: timer, handler: timer.handler, observers: dropObserversLocked(timer),

@@ -286,7 +286,7 @@ public final class TimerRegistry: @unchecked Sendable {
     private func liveTimersEndingOrphans() -> [TimerHandle] {
         var live: [TimerHandle] = []
         for timer in withCurrent({ liveTimers }) {
-            if timer.hasReleasedTarget { timer.cancel() } else { live.append(timer) }
+            if timer.hasReleasedTarget { timer.cancel(because: .targetReleased) } else { live.append(timer) }
         }
         return live
     }
@@ -296,7 +296,7 @@ public final class TimerRegistry: @unchecked Sendable {
     public func timer(named name: String) -> TimerHandle? {
         guard let timer = lookup(name) else { return nil }
         if timer.hasReleasedTarget {
-            timer.cancel()
+            timer.cancel(because: .targetReleased)
             return nil
         }
         return timer
@@ -329,7 +329,7 @@ public final class TimerRegistry: @unchecked Sendable {
         let candidates = withCurrent { liveTimers }
         var ended = 0
         for timer in candidates where timer.hasReleasedTarget && timer.isActive {
-            timer.cancel()
+            timer.cancel(because: .targetReleased)
             ended += 1
         }
         return ended
@@ -341,7 +341,7 @@ public final class TimerRegistry: @unchecked Sendable {
     }
 
     /// Cancels the timer registered as `name`.
-    public func cancel(named name: String) throws(TimerError) { try existing(name).cancel() }
+    public func cancel(named name: String) throws(TimerError) { try existing(name).cancel(because: .cancelledByName) }
 
     /// Suspends the timer registered as `name`.
     public func suspend(named name: String) throws(TimerError) { try existing(name).suspend() }
@@ -351,7 +351,7 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Cancels every timer in this registry, on every backend.
     public func cancelAll() {
-        for timer in withCurrent({ liveTimers }) { timer.cancel() }
+        for timer in withCurrent({ liveTimers }) { timer.cancel(because: .cancelledByCancelAll) }
     }
 
     /// Suspends every live timer. Timers that end meanwhile are skipped.

@@ -1,0 +1,37 @@
+/// Why a timer ended: what `TimerHandle/ended`, `TimerHandle/endReason` and
+/// `TimerHandle/onEnd(_:)` report, so that callers need not infer it.
+public enum TimerEndReason: Sendable, Equatable, CustomStringConvertible {
+    /// It fired its last tick: a one-shot's, or a counted repeat's last.
+    case completed
+    /// It was cancelled: through its handle (`TimerHandle/cancel()`, `cancelAndWait()`, or
+    /// code that holds it for you: a released `OwnedTimer`, a cancelled sleep or tick sequence).
+    case cancelled
+    /// It was cancelled by name, through the registry (`TimerRegistry/cancel(named:)`).
+    case cancelledByName
+    /// `TimerRegistry/cancelAll()` cancelled it with every other timer.
+    case cancelledByCancelAll
+    /// It was a target-action timer whose target was released.
+    case targetReleased
+    /// Its backend was shut down.
+    case backendShutDown
+    /// Its backend's loop stopped on this error, and shut the backend down.
+    case loopFailed(TimerError)
+
+    public var description: String {
+        switch self {
+        case .completed: "completed"
+        case .cancelled: "cancelled"
+        case .cancelledByName: "cancelled by name"
+        case .cancelledByCancelAll: "cancelled by cancelAll"
+        case .targetReleased: "target released"
+        case .backendShutDown: "backend shut down"
+        case let .loopFailed(error): "loop failed: \(error)"
+        }
+    }
+}
+
+/// How a timer ended, in a byte of its record (`TimerHandle.endCause`); the loop's error, for
+/// `.shutDown`, is its scheduler's.
+enum EndCause: UInt8 {
+    case live, completed, cancelled, cancelledByName, cancelledByCancelAll, targetReleased, shutDown
+}

@@ -221,3 +221,20 @@ extension ConformanceTests.Helpers {
             ])
     }
 }
+
+extension ConformanceTests.Helpers {
+    @Test(arguments: BackendKind.allCases)
+    func aJitteredTimerFiresWithinItsWindowAfterEachGridPoint(_ kind: BackendKind) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let log = TickLog()
+        let start = h.backend.now()
+        try h.backend.schedule(.every(ms(20), startingAt: start + ms(20), count: 5, jitter: ms(10)), handler: log.record)
+        #expect(h.waitUntil { log.count == 5 })
+        for tick in log.all {
+            let gridPoint = start + ms(20) * (tick.index + 1)
+            #expect(tick.scheduled >= gridPoint && tick.scheduled <= gridPoint + ms(10), "tick \(tick.index)")
+            #expect(tick.actual >= tick.scheduled, "never before its jittered time")
+        }
+    }
+}

@@ -588,3 +588,82 @@ extension HelperTests {
         #expect(told.current == nil)
     }
 }
+
+// MARK: Jitter
+
+extension HelperTests {
+    /// Runs `timers` repeating timers of `interval` with `jitter`, all on one grid, for
+    /// `fires` intervals of virtual time in 1 ms steps, and returns each one's ticks.
+    func jitteredTicks(
+        timers: Int, interval: Duration, jitter: Duration, fires: Int, seed: UInt64, policy: MissedTickPolicy = .skip
+    ) throws -> (start: MonotonicInstant, ticks: [[Tick]]) {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        clock.seedJitter(seed)
+        let start = clock.now()
+        let logs = (0..<timers).map { _ in TickLog() }
+        for log in logs {
+            try clock.schedule(.every(interval, jitter: jitter), missedTicks: policy, handler: log.record)
+        }
+        for _ in 0..<(fires * Int(interval / .milliseconds(1))) { clock.advance(by: .milliseconds(1)) }
+        return (start, logs.map(\.all))
+    }
+
+    @Test func eachFireIsJitteredAfterItsGridPointAndTheGridNeverDrifts() throws {
+        for policy in [MissedTickPolicy.skip, .delay, .burst] {
+            let (start, ticks) = try jitteredTicks(timers: 20, interval: ms(100), jitter: ms(40), fires: 100, seed: 7, policy: policy)
+            var offsets = Set<Duration>()
+            for timerTicks in ticks {
+                #expect(timerTicks.count >= 99, "\(policy)")
+                for tick in timerTicks {
+                    let gridPoint = start + ms(100) * (tick.index + 1)
+                    let offset = tick.scheduled - gridPoint
+                    #expect(offset >= .zero && offset <= ms(40), "\(policy): tick \(tick.index) is \(offset) from its grid point")
+                    #expect(tick.actual >= tick.scheduled, "never early")
+                    #expect(tick.actual - tick.scheduled < ms(1), "fired at its jittered time (1 ms steps)")
+                    #expect(tick.missed == 0)
+                    offsets.insert(offset)
+                }
+            }
+            #expect(offsets.count > 30, "\(policy): the delays are spread over the window, not one value")
+        }
+    }
+
+    @Test func aSeedMakesTheDrawsRepeatable() throws {
+        func delays(_ seed: UInt64) throws -> [Duration] {
+            let (start, ticks) = try jitteredTicks(timers: 3, interval: ms(50), jitter: ms(20), fires: 10, seed: seed)
+            return ticks.flatMap { $0.map { $0.scheduled - start - ms(50) * ($0.index + 1) } }
+        }
+        #expect(try delays(42) == delays(42))
+        #expect(try delays(42) != delays(43))
+    }
+
+    @Test func aHerdWithJitterIsSpreadOverTheWindow() throws {
+        let (_, together) = try jitteredTicks(timers: 1_000, interval: ms(100), jitter: .zero, fires: 2, seed: 1)
+        let (_, spread) = try jitteredTicks(timers: 1_000, interval: ms(100), jitter: ms(50), fires: 2, seed: 1)
+        func busiestMillisecond(_ ticks: [[Tick]]) -> Int {
+            Dictionary(grouping: ticks.joined(), by: { $0.actual.nanoseconds / 1_000_000 }).values.map(\.count).max() ?? 0
+        }
+        #expect(busiestMillisecond(together) == 1_000, "without jitter all thousand fire in one millisecond")
+        #expect(busiestMillisecond(spread) < 60, "with 50 ms of jitter about 20 a millisecond")
+    }
+
+    @Test func badJitterIsATypedErrorNamingIt() throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        #expect(throws: TimerError.negativeDuration(parameter: "jitter", value: ms(-1))) {
+            try clock.schedule(.every(ms(10), jitter: ms(-1))) { _ in }
+        }
+        #expect(
+            throws: TimerError.invalidOption(
+                name: "jitter", value: "0.01 seconds", allowed: "0 up to less than the interval (0.01 seconds)")
+        ) {
+            try clock.schedule(.every(ms(10), jitter: ms(10))) { _ in }
+        }
+        let timer = try clock.schedule(.every(ms(10))) { _ in }
+        #expect(throws: TimerError.negativeDuration(parameter: "jitter", value: ms(-2))) {
+            try timer.reschedule(.every(ms(10), startingAt: clock.now(), jitter: ms(-2)))
+        }
+        #expect(clock.registry.count == 1)
+    }
+}

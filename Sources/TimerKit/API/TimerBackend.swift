@@ -42,6 +42,11 @@ extension TimerBackend {
         try registry.limitLiveTimers(to: limit, in: scheduler.registryShard)
     }
 
+    /// Makes the jitter of this backend's timers (`TimerSchedule/every(_:firstAfter:count:jitter:)`)
+    /// repeatable: after the same seed, the same schedules draw the same delays. For tests;
+    /// each backend starts from a random seed.
+    public func seedJitter(_ seed: UInt64) { scheduler.seedJitter(seed) }
+
     /// The backend's current time (CLOCK_MONOTONIC; virtual for Manual).
     public func now() -> MonotonicInstant { scheduler.now() }
 

@@ -20,6 +20,10 @@ final class TimerExtras {
     /// Read only by `TimerScheduler.helper(of:)`, which hands it out of the lock: a strong
     /// reference taken from it must never be the last one released under the lock.
     weak var helper: AnyObject?
+    /// The most each fire is jittered by (ns), and this fire's draw: it is due at
+    /// `deadline + jitterOffset`.
+    var jitter: UInt64 = 0
+    var jitterOffset: UInt64 = 0
     /// Suspended, not finished, after its last call (a helper's timer): the helper's next
     /// call moves and resumes it, so a burst of calls reuses one timer.
     var parksAfterLastCall = false
@@ -118,7 +122,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     private func snapshotLocked() -> TimerSnapshot {
         TimerSnapshot(
             name: name, backend: scheduler.backendName, state: state, fires: fires,
-            nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: deadline) : nil,
+            nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: RepeatRule.dueTime(self)) : nil,
             interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
     }
 

@@ -9,8 +9,8 @@ public struct TimerSchedule: Sendable {
     enum Kind: Sendable {
         case after(Amount)
         case at(MonotonicInstant)
-        case every(Amount, first: Amount?, count: Int?)
-        case everyFrom(Amount, start: MonotonicInstant, count: Int?)
+        case every(Amount, first: Amount?, count: Int?, jitter: Duration)
+        case everyFrom(Amount, start: MonotonicInstant, count: Int?, jitter: Duration)
     }
 
     let kind: Kind
@@ -23,25 +23,38 @@ public struct TimerSchedule: Sendable {
     public static func at(_ deadline: MonotonicInstant) -> TimerSchedule { .init(kind: .at(deadline)) }
     /// Repeatedly on a drift-free grid: fire k is due at `start + firstAfter + k·interval`
     /// (`firstAfter` defaults to `interval`); `count` limits the number of handler calls.
-    public static func every(_ interval: Duration, firstAfter: Duration? = nil, count: Int? = nil) -> TimerSchedule {
-        .init(kind: .every(.duration(interval), first: firstAfter.map { .duration($0) }, count: count))
+    ///
+    /// `jitter` spreads timers that would otherwise fire together (ten thousand clients
+    /// polling every 30 s): each fire is due a random time between 0 and `jitter` after its
+    /// grid point, drawn afresh for every fire, so the grid itself never drifts. It must be
+    /// less than `interval`. `Tick/scheduled` is the jittered time; `TimerBackend/seedJitter(_:)`
+    /// makes the draws repeatable.
+    public static func every(
+        _ interval: Duration, firstAfter: Duration? = nil, count: Int? = nil, jitter: Duration = .zero
+    ) -> TimerSchedule {
+        .init(kind: .every(.duration(interval), first: firstAfter.map { .duration($0) }, count: count, jitter: jitter))
     }
     /// Repeatedly on the grid `start + k·interval` (k ≥ 0); grid points already past are
     /// handled by the missed-tick policy. For aligning timers to an external clock, such
     /// as a display's vsync.
-    public static func every(_ interval: Duration, startingAt start: MonotonicInstant, count: Int? = nil) -> TimerSchedule {
-        .init(kind: .everyFrom(.duration(interval), start: start, count: count))
+    /// `jitter` as in `every(_:firstAfter:count:jitter:)`.
+    public static func every(
+        _ interval: Duration, startingAt start: MonotonicInstant, count: Int? = nil, jitter: Duration = .zero
+    ) -> TimerSchedule {
+        .init(kind: .everyFrom(.duration(interval), start: start, count: count, jitter: jitter))
     }
     /// `every(_:firstAfter:count:)` with intervals in seconds.
     public static func every(seconds interval: Double, firstAfter: Double? = nil, count: Int? = nil) -> TimerSchedule {
-        .init(kind: .every(.seconds(interval), first: firstAfter.map { .seconds($0) }, count: count))
+        .init(kind: .every(.seconds(interval), first: firstAfter.map { .seconds($0) }, count: count, jitter: .zero))
     }
 
-    /// The checked, resolved form: first deadline, interval in ns (0 for one-shots), calls left (-1: unlimited).
+    /// The checked, resolved form: first deadline, interval in ns (0 for one-shots), calls left
+    /// (-1: unlimited), the most each fire may be jittered by in ns.
     struct Resolved {
         var firstDeadline: UInt64
         var intervalNanoseconds: UInt64
         var remaining: Int
+        var jitterNanoseconds: UInt64 = 0
     }
 
     func resolve(now: MonotonicInstant) throws(TimerError) -> Resolved {
@@ -51,19 +64,34 @@ public struct TimerSchedule: Sendable {
             return Resolved(firstDeadline: now.nanoseconds.saturatingAdd(delay), intervalNanoseconds: 0, remaining: 1)
         case let .at(deadline):
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
-        case let .every(amount, first, count):
+        case let .every(amount, first, count, jitter):
             let interval = try Self.intervalNanoseconds(amount)
             let firstDelay =
                 try first.map { amount throws(TimerError) in try Self.nanoseconds(amount, parameter: "firstAfter") } ?? interval
             if let count, count < 1 { throw .invalidCount(count) }
             return Resolved(
                 firstDeadline: now.nanoseconds.saturatingAdd(firstDelay),
-                intervalNanoseconds: interval, remaining: count ?? -1)
-        case let .everyFrom(amount, start, count):
+                intervalNanoseconds: interval, remaining: count ?? -1,
+                jitterNanoseconds: try Self.jitterNanoseconds(jitter, interval: interval))
+        case let .everyFrom(amount, start, count, jitter):
             let interval = try Self.intervalNanoseconds(amount)
             if let count, count < 1 { throw .invalidCount(count) }
-            return Resolved(firstDeadline: start.nanoseconds, intervalNanoseconds: interval, remaining: count ?? -1)
+            return Resolved(
+                firstDeadline: start.nanoseconds, intervalNanoseconds: interval, remaining: count ?? -1,
+                jitterNanoseconds: try Self.jitterNanoseconds(jitter, interval: interval))
         }
+    }
+
+    /// A jitter in whole nanoseconds, refused if negative or not less than the interval (the
+    /// fires of one timer must stay in order).
+    static func jitterNanoseconds(_ jitter: Duration, interval: UInt64) throws(TimerError) -> UInt64 {
+        let nanoseconds = try nanoseconds(.duration(jitter), parameter: "jitter")
+        guard nanoseconds < interval else {
+            throw .invalidOption(
+                name: "jitter", value: "\(jitter)",
+                allowed: "0 up to less than the interval (\(Duration.nanoseconds(Int64(clamping: interval))))")
+        }
+        return nanoseconds
     }
 
     /// A repeat interval in whole nanoseconds: zero and sub-nanosecond values are refused

@@ -11,18 +11,26 @@ enum RepeatRule {
     /// horizon keeps its key below it, whatever the tolerance.
     @inline(__always)
     static func latestFireTime(_ timer: TimerHandle) -> UInt64 {
-        guard let tolerance = timer.extras?.tolerance, tolerance > 0 else { return timer.deadline }
-        let allowed = timer.interval > 0 ? min(tolerance, timer.interval / 2) : tolerance
-        let latest = timer.deadline.saturatingAdd(allowed)
+        guard let extras = timer.extras, extras.tolerance > 0 || extras.jitterOffset > 0 else { return timer.deadline }
+        let allowed = timer.interval > 0 ? min(extras.tolerance, timer.interval / 2) : extras.tolerance
+        let latest = timer.deadline.saturatingAdd(extras.jitterOffset).saturatingAdd(allowed)
         return timer.deadline < horizonNanoseconds ? min(latest, horizonNanoseconds - 1) : latest
+    }
+
+    /// When `timer`'s next fire is due: its grid point, plus this fire's jitter.
+    @inline(__always)
+    static func dueTime(_ timer: TimerHandle) -> UInt64 {
+        guard let offset = timer.extras?.jitterOffset, offset > 0 else { return timer.deadline }
+        return timer.deadline.saturatingAdd(offset)
     }
 
     /// Applies a repeating timer's missed-tick policy as it fires at `now`, and returns how
     /// many grid points it missed. Done at fire time, it treats every cause alike: a stalled
     /// loop, a handler that overran, a timer resumed after a pause.
     static func catchUp(_ timer: TimerHandle, now: UInt64) -> Int {
-        guard timer.interval > 0, timer.policy != .burst, now > timer.deadline else { return 0 }
-        let late = now - timer.deadline
+        let due = dueTime(timer)
+        guard timer.interval > 0, timer.policy != .burst, now > due else { return 0 }
+        let late = now - due
         let behind = late / timer.interval
         switch timer.policy {
         case .skip:
@@ -32,7 +40,7 @@ enum RepeatRule {
         case .delay:
             // Restart the grid from now, unless the lateness is mere jitter.
             guard late >= min(timer.interval, delayThresholdNanoseconds) else { return 0 }
-            timer.deadline = now
+            timer.deadline = now - min(due - timer.deadline, now)  // this fire's grid point: due now
         case .burst:
             return 0
         }

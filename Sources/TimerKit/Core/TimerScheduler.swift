@@ -54,6 +54,9 @@ import Synchronization
     /// operation that swept them. Kept between operations so that sweeping allocates nothing.
     @exclusivity(unchecked) private var sweptTimers: [TimerHandle] = []
     @exclusivity(unchecked) private var nextSequence: UInt64 = 0
+    /// Draws the jitter of timers scheduled with one (SplitMix64); seeded at random unless a
+    /// test seeds it (`seedJitter`).
+    @exclusivity(unchecked) private var jitterState = UInt64.random(in: .min ... .max)
     @exclusivity(unchecked) private var isShutDown = false
     @exclusivity(unchecked) private var loopFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
@@ -149,8 +152,9 @@ import Synchronization
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
         let resolved = try schedule.resolve(now: clock.now())
         var extras: TimerExtras?
-        if tolerance > .zero || runsTasks || helper != nil {
+        if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 {
             let more = TimerExtras()
+            more.jitter = resolved.jitterNanoseconds
             more.tolerance = UInt64(tolerance.saturatingNanoseconds)
             more.runsTasks = runsTasks
             more.helper = helper
@@ -167,6 +171,7 @@ import Synchronization
         if isShutDown {
             refusal = shutDownErrorLocked()
         } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
+            drawJitterLocked(timer)
             if startSuspended {
                 timer.state = .suspended
             } else {
@@ -303,6 +308,25 @@ import Synchronization
 
     /// What an ended timer's handler becomes: one shared closure, so ending allocates nothing.
     static let endedHandler: @Sendable (Tick) -> Void = { _ in }
+
+    /// Draws the jitter of `timer`'s next fire, if it has one.
+    private func drawJitterLocked(_ timer: TimerHandle) {
+        guard let extras = timer.extras else { return }
+        guard extras.jitter > 0 else {
+            extras.jitterOffset = 0
+            return
+        }
+        // SplitMix64: a few instructions per draw, and repeatable from a seed.
+        jitterState &+= 0x9E37_79B9_7F4A_7C15
+        var z = jitterState
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z ^= z >> 31
+        extras.jitterOffset = z % (extras.jitter + 1)
+    }
+
+    /// Makes the jitter draws of this scheduler's timers repeatable from `seed`.
+    func seedJitter(_ seed: UInt64) { mutex.withLock { jitterState = seed } }
 
     /// Why `timer` ended, or nil while it is live.
     func endReasonLocked(_ timer: TimerHandle) -> TimerEndReason? {
@@ -506,6 +530,12 @@ import Synchronization
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
             timer.remaining = resolved.remaining
+            if resolved.jitterNanoseconds > 0 || timer.extras?.jitter ?? 0 > 0 {
+                let extras = timer.extras ?? TimerExtras()
+                extras.jitter = resolved.jitterNanoseconds
+                timer.extras = extras
+                drawJitterLocked(timer)
+            }
             if let extras = timer.extras, extras.tasksRunning > 0 {
                 // A task of it is running: the new schedule starts when the task returns.
                 extras.rescheduledDuringTask = true
@@ -679,7 +709,7 @@ import Synchronization
                 timer.entrySequence = timer.orderSequence
                 continue
             }
-            guard top.key <= now || timer.deadline <= now else { return nil }
+            guard top.key <= now || RepeatRule.dueTime(timer) <= now else { return nil }
             timer.entrySequence = 0
             return queue.popTop()
         }
@@ -693,9 +723,12 @@ import Synchronization
         if timer.remaining > 0 { timer.remaining -= 1 }
         let actual = clock.now()
         let missed = RepeatRule.catchUp(timer, now: actual.nanoseconds)
-        let scheduled = timer.deadline
+        let scheduled = RepeatRule.dueTime(timer)
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
-        if timer.interval > 0 { timer.deadline = timer.deadline.saturatingAdd(timer.interval) }
+        if timer.interval > 0 {
+            timer.deadline = timer.deadline.saturatingAdd(timer.interval)
+            drawJitterLocked(timer)
+        }
         timer.activeCalls += 1
         if let extras = timer.extras, extras.runsTasks { extras.tasksRunning += 1 }
         let tick = Tick(

@@ -7,7 +7,7 @@ LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "reset_ns", "cancel_ns", "schedule_ns_p99", "reset_ns_p99",
               "cancel_ns_p99", "bytes_per_timer"}
-FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us"}
+FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us", "peak_fires_per_ms", "jitter_us", "herd"}
 ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
 # The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
 ASYNC_VARIANTS = {(mode, executor) for mode in ("sleep", "ticks") for executor in ("global", "loop")}
@@ -38,7 +38,7 @@ def main(path, bench):
                 problems.append(f"throughput {r.get('backend')}: no timing")
         elif kind == "fanout":
             missing = FANOUT - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
-            if r.get("fires", 0) <= 0 or r.get("cpu_ns_per_fire", 0) <= 0:
+            if r.get("fires", 0) <= 0 or r.get("cpu_ns_per_fire", 0) <= 0 or r.get("peak_fires_per_ms", 0) <= 0:
                 problems.append(f"fanout {r.get('backend')}: no fires or no CPU time")
         elif kind == "async":
             missing = ASYNC - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()

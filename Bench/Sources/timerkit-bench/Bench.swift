@@ -76,6 +76,12 @@ struct TimerKitBench: ParsableCommand {
     @Option(help: "Tolerance of each fan-out timer, e.g. 1ms (default 0: every timer wakes the loop on its own).")
     var tolerance: String = "0"
 
+    @Option(help: "Jitter of each fan-out timer, e.g. 20ms (default 0).")
+    var jitter: String = "0"
+
+    @Flag(help: "Fan-out timers all on one phase, as clients started together, instead of random phases.")
+    var herd = false
+
     @Option(
         help: "NIO tasks an hour away to keep on every NIO loop measured (nio and nio-raw), as a server's connections keep theirs.")
     var nioBackgroundTasks = 0
@@ -115,9 +121,13 @@ struct TimerKitBench: ParsableCommand {
         guard fanoutTolerance != nil else {
             throw ValidationError("--tolerance must be 0 or a duration such as 500us or 1ms (got '\(tolerance)')")
         }
+        guard let jitter = fanoutJitter, jitter < .milliseconds(100) else {
+            throw ValidationError("--jitter must be 0 or a duration under the fan-out's 100 ms interval, such as 20ms (got '\(jitter)')")
+        }
     }
 
     private var fanoutTolerance: Duration? { tolerance == "0" ? .zero : parseDuration(tolerance) }
+    private var fanoutJitter: Duration? { jitter == "0" ? .zero : parseDuration(jitter) }
 
     func run() throws {
         if listBackends {
@@ -153,7 +163,9 @@ struct TimerKitBench: ParsableCommand {
             case .fanout:
                 results += try runFanout(
                     backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
-                    seconds: quick ? 0.3 : 2, tolerance: fanoutTolerance ?? .zero, includeRaw: !noRaw && backendNames.isEmpty
+                    seconds: quick ? 0.3 : 2, tolerance: fanoutTolerance ?? .zero, jitter: fanoutJitter ?? .zero, herd: herd,
+                    // The raw baselines have random phases and no jitter: they run only beside that setup.
+                    includeRaw: !noRaw && backendNames.isEmpty && !herd && fanoutJitter == .zero
                 ).map(BenchResult.fanout)
             case .idle:
                 results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.3 : 3).map(BenchResult.idle)

@@ -12,7 +12,14 @@ struct FanoutResult: Codable {
     var timers: Int
     /// The tolerance each timer was given (0 for libevent-raw, which has none).
     var toleranceUs: Double
+    /// The jitter each timer was given (0: none).
+    var jitterUs: Double = 0
+    /// Every timer on one phase (a herd of clients started together), not random phases.
+    var herd = false
     var fires: Int
+    /// Fires in the busiest millisecond of the 100 ms period, per period: how much the
+    /// timers bunch up (with 10,000 spread evenly: 100).
+    var peakFiresPerMs: Double = 0
     /// Process CPU time (user + system) per handler call, ns.
     var cpuNsPerFire: Double
     var latenessUs: Percentiles
@@ -32,19 +39,25 @@ private let fanoutPeriod: Int64 = 100_000_000
 /// The raw baselines that also run the fan-out (with no --backend filter and no --no-raw).
 let rawFanoutBaselines: Set<String> = ["libevent-raw", NIOPeer.name]
 
-func runFanout(backends: [BenchBackend], timers: Int, seconds: Double, tolerance: Duration, includeRaw: Bool) throws -> [FanoutResult] {
+func runFanout(
+    backends: [BenchBackend], timers: Int, seconds: Double, tolerance: Duration, jitter: Duration = .zero, herd: Bool = false,
+    includeRaw: Bool
+) throws -> [FanoutResult] {
     var results = try eachInstance(of: backends, scenario: "fanout") { backend, instance in
         let recorder = LatencyRecorder()
         let now = instance.now()
         for _ in 0..<timers {
-            let phase = Duration.nanoseconds(Int64.random(in: 0..<fanoutPeriod))
+            let phase = herd ? .zero : Duration.nanoseconds(Int64.random(in: 0..<fanoutPeriod))
             try instance.schedule(
-                .every(.nanoseconds(fanoutPeriod), startingAt: now + .milliseconds(50) + phase), tolerance: tolerance,
+                .every(.nanoseconds(fanoutPeriod), startingAt: now + .milliseconds(50) + phase, jitter: jitter), tolerance: tolerance,
                 handler: recorder.record)
         }
-        return measureFanout(backend: backend.name, timers: timers, tolerance: tolerance, seconds: seconds, recorder: recorder) {
+        var result = measureFanout(backend: backend.name, timers: timers, tolerance: tolerance, seconds: seconds, recorder: recorder) {
             instance.shutdown()
         }
+        result.jitterUs = jitter.microseconds
+        result.herd = herd
+        return result
     }
     if includeRaw {
         progress("fanout: libevent-raw")
@@ -62,15 +75,18 @@ func measureFanout(
 ) -> FanoutResult {
     pause(0.2)
     let cpuBefore = processCPUNanoseconds()
-    let firesBefore = recorder.state.current.fires
+    let before = recorder.state.current
     pause(seconds)
     let cpu = processCPUNanoseconds() - cpuBefore
     stop()
     let state = recorder.state.current
-    let fires = state.fires - firesBefore
+    let fires = state.fires - before.fires
     let lateness = Percentiles(state.histogram)
+    let busiest = zip(state.phases, before.phases).map { $0 - $1 }.max() ?? 0
+    let periods = seconds * 1e9 / Double(fanoutPeriod)
     return FanoutResult(
         backend: backend, timers: timers, toleranceUs: tolerance.microseconds, fires: fires,
+        peakFiresPerMs: Double(busiest) / periods,
         cpuNsPerFire: fires > 0 ? Double(cpu) / Double(fires) : 0, latenessUs: lateness,
         maxLatenessOverToleranceUs: lateness.max - tolerance.microseconds)
 }

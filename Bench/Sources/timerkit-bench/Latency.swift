@@ -28,7 +28,9 @@ func cdfPoints(_ histogram: Histogram<UInt64>) -> [[Double]] {
 
 /// Collects lateness samples from handlers on a backend's loop thread.
 final class LatencyRecorder: Sendable {
-    let state = Locked((histogram: makeHistogram(), fires: 0, missed: 0))
+    let state = Locked((histogram: makeHistogram(), fires: 0, missed: 0, phases: [Int](repeating: 0, count: phaseBuckets)))
+    /// Fires counted by the millisecond of a 100 ms period they came in (fan-out's spread).
+    static let phaseBuckets = 100
 
     func record(_ tick: Tick) {
         record(scheduled: tick.scheduled.nanoseconds, actual: tick.actual.nanoseconds, missed: tick.missed)
@@ -39,6 +41,7 @@ final class LatencyRecorder: Sendable {
             _ = $0.histogram.record(actual >= scheduled ? actual - scheduled : 0)
             $0.fires += 1
             $0.missed += missed
+            $0.phases[Int(actual / 1_000_000 % UInt64(Self.phaseBuckets))] += 1
         }
     }
 }

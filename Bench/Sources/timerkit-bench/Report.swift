@@ -123,13 +123,22 @@ struct BenchReport: Encodable {
         }
         let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
         if !fanout.isEmpty {
-            out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, random phases (libevent-raw: no TimerKit, no tolerance)\n"
+            let phases = fanout[0].herd ? "one phase (a herd)" : "random phases"
+            let jitter = fanout[0].jitterUs > 0 ? ", jitter \(format(fanout[0].jitterUs)) µs" : ""
+            let raw = fanout.contains { $0.backend == "libevent-raw" } ? " (libevent-raw: no TimerKit, no tolerance)" : ""
+            out += "\nfanout: \(fanout[0].timers) repeating timers at 100 ms, \(phases)\(jitter)\(raw)\n"
             out += aligned(
-                [["backend", "tolerance µs", "fires", "CPU ns/fire", "late p50 µs", "late p99 µs", "late max µs", "max − tolerance"]]
+                [
+                    [
+                        "backend", "tolerance µs", "fires", "CPU ns/fire", "peak fires/ms", "late p50 µs", "late p99 µs", "late max µs",
+                        "max − tolerance",
+                    ]
+                ]
                     + fanout.map { r in
                         [
-                            r.backend, format(r.toleranceUs), "\(r.fires)", format(r.cpuNsPerFire), format(r.latenessUs.p50),
-                            format(r.latenessUs.p99), format(r.latenessUs.max), format(r.maxLatenessOverToleranceUs),
+                            r.backend, format(r.toleranceUs), "\(r.fires)", format(r.cpuNsPerFire), format(r.peakFiresPerMs),
+                            format(r.latenessUs.p50), format(r.latenessUs.p99), format(r.latenessUs.max),
+                            format(r.maxLatenessOverToleranceUs),
                         ]
                     })
         }

@@ -238,3 +238,24 @@ extension ConformanceTests.Helpers {
         }
     }
 }
+
+extension ConformanceTests.Helpers {
+    @Test(arguments: BackendKind.allCases)
+    func asyncDebouncedWorkRunsOnceAsATaskOnTheLoop(_ kind: BackendKind) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let runs = Runs()
+        for value in 0..<10 {
+            let work: @Sendable () async -> Void = { [backend = h.backend] in
+                await Task.yield()
+                runs.record(value, on: backend)
+            }
+            try h.backend.debounce("save", for: ms(300), work)
+        }
+        #expect(h.waitUntil { runs.count >= 1 })
+        h.pass(ms(50))
+        #expect(runs.values.last == 9)
+        // Manual's taskExecutor is its test executor, a thread of its own.
+        if kind != .manual { #expect(runs.allOnTheLoop, "the task ran on the backend's loop (its taskExecutor)") }
+    }
+}

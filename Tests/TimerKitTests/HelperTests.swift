@@ -667,3 +667,57 @@ extension HelperTests {
         #expect(clock.registry.count == 1)
     }
 }
+
+// MARK: Async work
+
+extension HelperTests {
+    @Test func asyncDebouncedWorkRunsAsATaskAndRunsNeverOverlap() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let log = Locked<[String]>([])
+        let debouncer = try Debouncer(for: ms(100), on: clock)
+        try debouncer.call {
+            log.withLock { $0.append("first begins") }
+            try? await clock.clock.sleep(for: ms(500))  // outlasts the next burst's wait
+            log.withLock { $0.append("first ends") }
+        }
+        await clock.advanceAndSettle(by: ms(100))
+        #expect(log.current == ["first begins"])
+        let second: @Sendable () async -> Void = { log.withLock { $0.append("second") } }
+        try debouncer.call(second)
+        await clock.advanceAndSettle(by: ms(100))
+        #expect(log.current == ["first begins"], "due, but the first run's task has not returned")
+        await clock.advanceAndSettle(by: ms(400))
+        #expect(log.current == ["first begins", "first ends", "second"])
+    }
+
+    @Test func cancellingAHelperCancelsItsRunningTask() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let sawCancellation = Locked(false)
+        let throttler = try Throttler(every: ms(100), on: clock)
+        try throttler.call {
+            do { try await clock.clock.sleep(for: .seconds(3600)) } catch { sawCancellation.withLock { $0 = error is CancellationError } }
+        }
+        clock.runDue()
+        await clock.settle()
+        throttler.cancel()
+        await clock.settle()
+        #expect(sawCancellation.current)
+    }
+
+    @Test func asyncWorkByName() async throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let ran = Locked<[String]>([])
+        for text in ["a", "ab", "abc"] {
+            let search: @Sendable () async -> Void = { ran.withLock { $0.append(text) } }
+            let scroll: @Sendable () async -> Void = { ran.withLock { $0.append("scroll " + text) } }
+            try clock.debounce("search", for: ms(300), search)
+            try clock.throttle("scroll", every: ms(300), edge: .trailing, scroll)
+        }
+        await clock.advanceAndSettle(by: ms(300))
+        #expect(ran.current.sorted() == ["abc", "scroll abc"])
+        #expect(clock.registry.count == 0)
+    }
+}

@@ -34,6 +34,8 @@ public final class Debouncer: @unchecked Sendable {
     private let mutex = PThreadMutex()
     private var work: (@Sendable () -> Void)?
     private var reused: ReusedTimer
+    /// Runs async work (`call(_:)` with an async closure).
+    private let tasks = SerialTasks()
     /// Created by name: the timer's handler holds the debouncer, which ends its timer when idle.
     private let isOwnedByItsTimer: Bool
 
@@ -68,6 +70,20 @@ public final class Debouncer: @unchecked Sendable {
         try call(after: delayNanoseconds, work)
     }
 
+    /// Like `call(_:)`, for async work: when it is due, `work` starts as a task on the
+    /// backend's `TimerBackend/taskExecutor` (its loop; Manual's test executor), once the task
+    /// of the previous async run, if any, has returned: async runs never overlap. (A closure
+    /// with no `await` in it is sync work, `call(_:)`'s other form.) `cancel()` also cancels
+    /// the latest run's task.
+    public func call(_ work: @escaping @Sendable () async -> Void) throws(TimerError) {
+        try call(after: delayNanoseconds, asyncWork(work))
+    }
+
+    func asyncWork(_ work: @escaping @Sendable () async -> Void) -> @Sendable () -> Void {
+        let executor = reused.scheduler.taskExecutor ?? reused.scheduler
+        return { [tasks] in tasks.start(on: executor, work) }
+    }
+
     /// Whether work is waiting to run (not once its timer has been cancelled from outside).
     public var isPending: Bool {
         mutex.lock()
@@ -75,8 +91,10 @@ public final class Debouncer: @unchecked Sendable {
         return work != nil && reused.isLive
     }
 
-    /// Drops the waiting work, if any: it does not run. The next call starts a new burst.
+    /// Drops the waiting work, if any: it does not run. The next call starts a new burst. The
+    /// task of async work that has started is cancelled.
     public func cancel() {
+        tasks.cancelLatest()
         var leftovers = Leftovers()
         mutex.lock()
         leftovers.work = work
@@ -155,6 +173,18 @@ extension TimerBackend {
             try Debouncer(for: delay, name: name, scheduler: scheduler, ownedByItsTimer: true)
         } _: { (debouncer: Debouncer) throws(TimerError) in
             try debouncer.call(after: nanoseconds, work)
+        }
+    }
+
+    /// `debounce(_:for:_:)` for async work: when due, `work` starts as a task on this
+    /// backend's `taskExecutor`, after the previous run's task under this name has returned.
+    public func debounce(_ name: String, for delay: Duration, _ work: @escaping @Sendable () async -> Void) throws(TimerError) {
+        if delay < .zero { throw .negativeDuration(parameter: "delay", value: delay) }
+        let nanoseconds = UInt64(delay.saturatingNanoseconds)
+        try withHelper(named: name) { () throws(TimerError) -> Debouncer in
+            try Debouncer(for: delay, name: name, scheduler: scheduler, ownedByItsTimer: true)
+        } _: { (debouncer: Debouncer) throws(TimerError) in
+            try debouncer.call(after: nanoseconds, debouncer.asyncWork(work))
         }
     }
 }

@@ -128,3 +128,31 @@ extension TimerBackend {
         throw .duplicateName(name)
     }
 }
+
+/// The tasks a helper starts for async work: each starts once the one before has returned, so
+/// two runs of one helper never overlap.
+final class SerialTasks: @unchecked Sendable {
+    // @unchecked: `last` is read and written only while holding `mutex`.
+    private let mutex = PThreadMutex()
+    private var last: Task<Void, Never>?
+
+    /// Starts `work` on `executor` (nil: the global executor) after the previous task.
+    func start(on executor: any TaskExecutor, _ work: @escaping @Sendable () async -> Void) {
+        mutex.lock()
+        let previous = last
+        let task = Task(executorPreference: executor) {
+            await previous?.value
+            await work()
+        }
+        last = task
+        mutex.unlock()
+    }
+
+    /// Cancels the latest task (and so the work it runs or waits to run).
+    func cancelLatest() {
+        mutex.lock()
+        let latest = last
+        mutex.unlock()
+        latest?.cancel()  // outside the lock: cancellation handlers are user code
+    }
+}

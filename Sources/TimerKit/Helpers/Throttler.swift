@@ -50,6 +50,7 @@ public final class Throttler: @unchecked Sendable {
     /// When the open window closes; 0 when none is open.
     private var windowEnd: UInt64 = 0
     private var reused: ReusedTimer
+    private let tasks = SerialTasks()
     private let isOwnedByItsTimer: Bool
 
     /// A throttler on `backend`.
@@ -108,6 +109,19 @@ public final class Throttler: @unchecked Sendable {
         if let failure { throw failure }
     }
 
+    /// Like `call(_:)`, for async work: when it runs, `work` starts as a task on the backend's
+    /// `TimerBackend/taskExecutor`, once the previous async run's task, if any, has returned:
+    /// async runs never overlap (a slow one delays the next). (A closure with no `await` in
+    /// it is sync work, `call(_:)`'s other form.) `cancel()` also cancels the latest run's task.
+    public func call(_ work: @escaping @Sendable () async -> Void) throws(TimerError) {
+        try call(asyncWork(work))
+    }
+
+    func asyncWork(_ work: @escaping @Sendable () async -> Void) -> @Sendable () -> Void {
+        let executor = reused.scheduler.taskExecutor ?? reused.scheduler
+        return { [tasks] in tasks.start(on: executor, work) }
+    }
+
     /// Whether work is waiting to run (not once its timer has been cancelled from outside).
     public var isPending: Bool {
         mutex.lock()
@@ -115,8 +129,10 @@ public final class Throttler: @unchecked Sendable {
         return (leadingWork != nil || trailingWork != nil) && reused.isLive
     }
 
-    /// Drops waiting work and closes the window: the next call opens a new one.
+    /// Drops waiting work and closes the window: the next call opens a new one. The task of
+    /// async work that has started is cancelled.
     public func cancel() {
+        tasks.cancelLatest()
         var leftovers = Leftovers()
         mutex.lock()
         (leftovers.work, leftovers.moreWork) = (leadingWork, trailingWork)
@@ -189,6 +205,19 @@ extension TimerBackend {
             try Throttler(every: interval, edge: edge, name: name, scheduler: scheduler, ownedByItsTimer: true)
         } _: { (throttler: Throttler) throws(TimerError) in
             try throttler.call(work)
+        }
+    }
+
+    /// `throttle(_:every:edge:_:)` for async work: each run starts as a task on this
+    /// backend's `taskExecutor`, after the previous run's task under this name has returned.
+    public func throttle(
+        _ name: String, every interval: Duration, edge: Throttler.Edge = .leading, _ work: @escaping @Sendable () async -> Void
+    ) throws(TimerError) {
+        _ = try TimerSchedule.intervalNanoseconds(.duration(interval))
+        try withHelper(named: name) { () throws(TimerError) -> Throttler in
+            try Throttler(every: interval, edge: edge, name: name, scheduler: scheduler, ownedByItsTimer: true)
+        } _: { (throttler: Throttler) throws(TimerError) in
+            try throttler.call(throttler.asyncWork(work))
         }
     }
 }

@@ -44,6 +44,25 @@ func fetchOrGiveUp(on backend: some TimerBackend, fetch: @escaping @Sendable () 
 }
 // end
 
+// article: jitter
+/// Polls every 30 s; a fleet of clients started together spreads its polls over 5 s.
+func startPolling(on backend: some TimerBackend, poll: @escaping @Sendable () -> Void) throws -> TimerHandle {
+    try backend.schedule(.every(.seconds(30), jitter: .seconds(5))) { _ in poll() }
+}
+// end
+
+// article: ended
+/// A reminder that logs why it was not sent, if it was not: one place to learn how it ended.
+func scheduleReminder(
+    on backend: some TimerBackend, send: @escaping @Sendable () -> Void, log: @escaping @Sendable (String) -> Void
+) throws {
+    let reminder = try backend.schedule(.after(.seconds(60)), name: "reminder") { _ in send() }
+    reminder.onEnd { reason in
+        if reason != .completed { log("reminder not sent: \(reason)") }
+    }
+}
+// end
+
 // article: owned
 final class Poller {
     private var refresh: OwnedTimer?
@@ -108,6 +127,30 @@ struct HelperArticleTests {
         #expect(try await slow.value == nil)
         let quick = Task(executorPreference: clock.taskExecutor) { try await fetchOrGiveUp(on: clock) { "reply" } }
         #expect(try await quick.value == "reply")
+    }
+
+    @Test func pollsAreSpreadOverTheJitter() throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let start = clock.now()
+        let polled = Locked<[MonotonicInstant]>([])
+        for _ in 0..<100 { _ = try startPolling(on: clock) { polled.withLock { $0.append(clock.now()) } } }
+        for _ in 0..<35 { clock.advance(by: .seconds(1)) }
+        #expect(polled.current.count == 100)
+        #expect(polled.current.allSatisfy { $0 >= start + .seconds(30) && $0 <= start + .seconds(35) })
+        #expect(Set(polled.current).count > 3, "spread over the 5 s, not all at 30 s")
+    }
+
+    @Test func aReminderLogsWhyItWasNotSent() throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let logged = Locked<[String]>([])
+        let log: @Sendable (String) -> Void = { line in logged.withLock { $0.append(line) } }
+        try scheduleReminder(on: clock, send: {}, log: log)
+        try clock.registry.cancel(named: "reminder")
+        try scheduleReminder(on: clock, send: {}, log: log)
+        clock.advance(by: .seconds(60))
+        #expect(logged.current == ["reminder not sent: cancelled by name"])
     }
 
     @Test func aPollerStopsPollingWhenReleased() throws {

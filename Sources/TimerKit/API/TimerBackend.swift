@@ -74,7 +74,7 @@ extension TimerBackend {
     /// Schedules `handler` to run on the backend's loop according to `schedule`.
     ///
     /// - Parameters:
-    ///   - schedule: `.after(_:)`, `.at(_:)` or `.every(_:firstAfter:count:)`.
+    ///   - schedule: `.after(_:)`, `.at(_:)` or `.every(_:firstAfter:count:jitter:)`.
     ///   - name: a unique name for the registry; nil generates `timer#<id>`.
     ///   - tolerance: how late the timer may fire, so wake-ups can be coalesced. A lone timer
     ///     fires at the end of its window; a repeating timer's tolerance is capped at half its

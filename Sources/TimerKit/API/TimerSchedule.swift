@@ -43,7 +43,7 @@ public struct TimerSchedule: Sendable {
     ) -> TimerSchedule {
         .init(kind: .everyFrom(.duration(interval), start: start, count: count, jitter: jitter))
     }
-    /// `every(_:firstAfter:count:)` with intervals in seconds.
+    /// `every(_:firstAfter:count:jitter:)` with intervals in seconds (and no jitter).
     public static func every(seconds interval: Double, firstAfter: Double? = nil, count: Int? = nil) -> TimerSchedule {
         .init(kind: .every(.seconds(interval), first: firstAfter.map { .seconds($0) }, count: count, jitter: .zero))
     }

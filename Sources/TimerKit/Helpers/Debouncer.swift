@@ -22,7 +22,7 @@
 /// work still waiting then never runs.
 ///
 /// To debounce by name without keeping an object, see `TimerBackend/debounce(_:for:_:)`.
-public final class Debouncer: @unchecked Sendable {
+public final class Debouncer: ReusedTimerOwner, @unchecked Sendable {
     // @unchecked: `work` and `reused` are read and written only while holding `mutex`; the
     // other stored properties are immutable.
 
@@ -36,8 +36,6 @@ public final class Debouncer: @unchecked Sendable {
     private var reused: ReusedTimer
     /// Runs async work (`call(_:)` with an async closure).
     private let tasks = SerialTasks()
-    /// Created by name: the timer's handler holds the debouncer, which ends its timer when idle.
-    private let isOwnedByItsTimer: Bool
 
     /// A debouncer on `backend`.
     /// - Throws: `TimerError` for a negative `delay`, or an empty or reserved `name`. A
@@ -52,7 +50,6 @@ public final class Debouncer: @unchecked Sendable {
         self.delay = delay
         self.name = name
         self.delayNanoseconds = UInt64(delay.saturatingNanoseconds)
-        self.isOwnedByItsTimer = ownedByItsTimer
         self.reused = ReusedTimer(scheduler: scheduler, name: name, endsWhenIdle: ownedByItsTimer)
     }
 
@@ -80,8 +77,7 @@ public final class Debouncer: @unchecked Sendable {
     }
 
     func asyncWork(_ work: @escaping @Sendable () async -> Void) -> @Sendable () -> Void {
-        let executor = reused.scheduler.taskExecutor ?? reused.scheduler
-        return { [tasks] in tasks.start(on: executor, work) }
+        tasks.starter(of: work, for: reused.scheduler)
     }
 
     /// Whether work is waiting to run (not once its timer has been cancelled from outside).
@@ -126,16 +122,10 @@ public final class Debouncer: @unchecked Sendable {
     }
 
     private func arm(at deadline: UInt64) throws(TimerError) -> TimerHandle? {
-        if try reused.move(to: deadline) { return nil }
-        return try reused.install(at: deadline, owner: self, handler: makeHandler())
+        try reused.arm(at: deadline, owner: self)
     }
 
-    private func makeHandler() -> @Sendable (Tick) -> Void {
-        if isOwnedByItsTimer { return { [self] tick in fire(tick) } }
-        return { [weak self] tick in self?.fire(tick) }
-    }
-
-    private func fire(_ tick: Tick) {
+    func fire(_ tick: Tick) {
         mutex.lock()
         // A call came after this one was on its way: the timer is due again later.
         guard tick.scheduled.nanoseconds >= reused.armedAt else {
@@ -167,24 +157,24 @@ extension TimerBackend {
     /// - Throws: `TimerError` for a negative `delay`, an empty or reserved `name`, a name
     ///   held by a timer that is not a debouncer, or a backend that has shut down.
     public func debounce(_ name: String, for delay: Duration, _ work: @escaping @Sendable () -> Void) throws(TimerError) {
-        if delay < .zero { throw .negativeDuration(parameter: "delay", value: delay) }
-        let nanoseconds = UInt64(delay.saturatingNanoseconds)
-        try withHelper(named: name) { () throws(TimerError) -> Debouncer in
-            try Debouncer(for: delay, name: name, scheduler: scheduler, ownedByItsTimer: true)
-        } _: { (debouncer: Debouncer) throws(TimerError) in
-            try debouncer.call(after: nanoseconds, work)
-        }
+        try debounce(name, for: delay) { _ in work }
     }
 
     /// `debounce(_:for:_:)` for async work: when due, `work` starts as a task on this
     /// backend's `taskExecutor`, after the previous run's task under this name has returned.
     public func debounce(_ name: String, for delay: Duration, _ work: @escaping @Sendable () async -> Void) throws(TimerError) {
+        try debounce(name, for: delay) { debouncer in debouncer.asyncWork(work) }
+    }
+
+    private func debounce(
+        _ name: String, for delay: Duration, work: (Debouncer) -> @Sendable () -> Void
+    ) throws(TimerError) {
         if delay < .zero { throw .negativeDuration(parameter: "delay", value: delay) }
         let nanoseconds = UInt64(delay.saturatingNanoseconds)
         try withHelper(named: name) { () throws(TimerError) -> Debouncer in
             try Debouncer(for: delay, name: name, scheduler: scheduler, ownedByItsTimer: true)
         } _: { (debouncer: Debouncer) throws(TimerError) in
-            try debouncer.call(after: nanoseconds, debouncer.asyncWork(work))
+            try debouncer.call(after: nanoseconds, work(debouncer))
         }
     }
 }

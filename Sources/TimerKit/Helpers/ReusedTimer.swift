@@ -1,3 +1,8 @@
+/// What a `ReusedTimer`'s handler calls: its debouncer or throttler.
+protocol ReusedTimerOwner: AnyObject, Sendable {
+    func fire(_ tick: Tick)
+}
+
 /// The one timer a `Debouncer` or `Throttler` moves from call to call, so that a burst of calls
 /// costs no new timer: a later deadline only updates the timer (the queue re-files it when it
 /// comes due), and after the last call of a burst the timer waits suspended for the next one.
@@ -25,10 +30,24 @@ struct ReusedTimer {
         self.endsWhenIdle = endsWhenIdle
     }
 
+    /// Makes the timer due at `deadline`: moves it, or schedules a new one whose handler calls
+    /// `owner` (holding it if `endsWhenIdle`, weakly otherwise). Returns an ended timer for
+    /// the caller to let go of after unlocking.
+    mutating func arm<Owner: ReusedTimerOwner>(at deadline: UInt64, owner: Owner) throws(TimerError) -> TimerHandle? {
+        if try move(to: deadline) { return nil }
+        let handler: @Sendable (Tick) -> Void
+        if endsWhenIdle {
+            handler = { tick in owner.fire(tick) }
+        } else {
+            handler = { [weak owner] tick in owner?.fire(tick) }
+        }
+        return try install(at: deadline, owner: owner, handler: handler)
+    }
+
     /// Makes the timer due at `deadline`: moves it, and resumes it if idle. False when there
     /// is no timer to move (none yet, or it was ended from outside: by name, `cancelAll`):
     /// then `install` schedules one.
-    mutating func move(to deadline: UInt64) throws(TimerError) -> Bool {
+    private mutating func move(to deadline: UInt64) throws(TimerError) -> Bool {
         guard let timer else { return false }
         do throws(TimerError) {
             try timer.reschedule(.at(MonotonicInstant(nanoseconds: deadline)))
@@ -44,7 +63,7 @@ struct ReusedTimer {
 
     /// Schedules a new timer due at `deadline`, running `handler`. Returns the ended timer it
     /// replaces, for the caller to let go of after unlocking.
-    mutating func install(
+    private mutating func install(
         at deadline: UInt64, owner: AnyObject, handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle? {
         let ended = timer
@@ -146,6 +165,13 @@ final class SerialTasks: @unchecked Sendable {
         }
         last = task
         mutex.unlock()
+    }
+
+    /// Sync work that starts `work` as the next task, on `scheduler`'s task executor (the
+    /// backend's `taskExecutor`).
+    func starter(of work: @escaping @Sendable () async -> Void, for scheduler: TimerScheduler) -> @Sendable () -> Void {
+        let executor = scheduler.taskExecutor ?? scheduler
+        return { [self] in start(on: executor, work) }
     }
 
     /// Cancels the latest task (and so the work it runs or waits to run).

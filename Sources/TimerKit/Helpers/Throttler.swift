@@ -19,7 +19,7 @@
 /// Like `Debouncer`, a throttler reuses one timer, registered as `name` (suspended while no
 /// window is open); cancelling it by name drops waiting work, shutting the backend down makes
 /// later calls throw, and releasing the throttler cancels its timer.
-public final class Throttler: @unchecked Sendable {
+public final class Throttler: ReusedTimerOwner, @unchecked Sendable {
     // @unchecked: `leadingWork`, `trailingWork`, `windowEnd` and `reused` are read and written
     // only while holding `mutex`; the other stored properties are immutable.
 
@@ -51,7 +51,6 @@ public final class Throttler: @unchecked Sendable {
     private var windowEnd: UInt64 = 0
     private var reused: ReusedTimer
     private let tasks = SerialTasks()
-    private let isOwnedByItsTimer: Bool
 
     /// A throttler on `backend`.
     /// - Throws: `TimerError` for an `interval` that is zero or negative, or an empty or
@@ -68,7 +67,6 @@ public final class Throttler: @unchecked Sendable {
         self.interval = interval
         self.edge = edge
         self.name = name
-        self.isOwnedByItsTimer = ownedByItsTimer
         self.reused = ReusedTimer(scheduler: scheduler, name: name, endsWhenIdle: ownedByItsTimer)
     }
 
@@ -118,8 +116,7 @@ public final class Throttler: @unchecked Sendable {
     }
 
     func asyncWork(_ work: @escaping @Sendable () async -> Void) -> @Sendable () -> Void {
-        let executor = reused.scheduler.taskExecutor ?? reused.scheduler
-        return { [tasks] in tasks.start(on: executor, work) }
+        tasks.starter(of: work, for: reused.scheduler)
     }
 
     /// Whether work is waiting to run (not once its timer has been cancelled from outside).
@@ -145,16 +142,10 @@ public final class Throttler: @unchecked Sendable {
 
     /// Makes the timer due at `deadline` (`ReusedTimer`); called under `mutex`.
     private func arm(at deadline: UInt64) throws(TimerError) -> TimerHandle? {
-        if try reused.move(to: deadline) { return nil }
-        return try reused.install(at: deadline, owner: self, handler: makeHandler())
+        try reused.arm(at: deadline, owner: self)
     }
 
-    private func makeHandler() -> @Sendable (Tick) -> Void {
-        if isOwnedByItsTimer { return { [self] tick in fire(tick) } }
-        return { [weak self] tick in self?.fire(tick) }
-    }
-
-    private func fire(_ tick: Tick) {
+    func fire(_ tick: Tick) {
         var due: (@Sendable () -> Void)?
         var ended: TimerHandle?
         mutex.lock()

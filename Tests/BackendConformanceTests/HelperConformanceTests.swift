@@ -165,6 +165,7 @@ extension ConformanceTests {
             #expect(throws: TimerError.liveTimerLimit(scope: "\(h.backend.name) backend", limit: 2)) {
                 try h.backend.schedule(.after(ms(1))) { _ in }
             }
+            #expect(h.backend.refusedByLiveTimerLimit == 1)
             first.cancel()
             try h.backend.schedule(.after(.seconds(3600))) { _ in }
             #expect(h.registry.count == 2)

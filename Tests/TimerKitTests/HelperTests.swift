@@ -539,6 +539,7 @@ struct HelperTests {
             try clock.schedule(.after(ms(1))) { _ in }
         }
         #expect(clock.registry.count == 3, "a refused timer is not registered")
+        #expect(clock.refusedByLiveTimerLimit == 1, "and is counted")
         clock.advance(by: ms(10))  // `a` fires and finishes
         #expect(a.currentState == .finished)
         try clock.schedule(.after(.seconds(60))) { _ in }
@@ -565,6 +566,8 @@ struct HelperTests {
         try one.schedule(.after(.seconds(1))) { _ in }
         let last = try two.schedule(.after(.seconds(1))) { _ in }
         #expect(throws: TimerError.liveTimerLimit(scope: "registry", limit: 2)) { try one.schedule(.after(.seconds(1))) { _ in } }
+        #expect(registry.refusedByLiveTimerLimit == 1)
+        #expect(one.refusedByLiveTimerLimit == 0, "the registry's cap refused it, not the backend's")
         last.cancel()
         try one.schedule(.after(.seconds(1))) { _ in }
         two.shutdown()

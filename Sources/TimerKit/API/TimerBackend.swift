@@ -33,6 +33,9 @@ extension TimerBackend {
     /// The most live timers (scheduled or suspended) this backend holds; nil: no limit.
     public var maxLiveTimers: Int? { registry.maxLiveTimers(in: scheduler.registryShard) }
 
+    /// How many schedules this backend's cap (`limitLiveTimers(to:)`) has refused.
+    public var refusedByLiveTimerLimit: Int { registry.refusedByLiveTimerLimit(in: scheduler.registryShard) }
+
     /// Caps this backend's live timers (scheduled or suspended, helpers' and sleeps' timers
     /// included): once `limit` are live, scheduling another throws
     /// `TimerError.liveTimerLimit(scope:limit:)`, naming this backend and the cap, until one

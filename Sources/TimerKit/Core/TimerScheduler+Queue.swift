@@ -1,0 +1,184 @@
+import Glibc
+
+/// Where each timer waits: registering and queueing a timer, re-arming the driver, and
+/// retiring the dead entries that cancels, suspends and earlier resets leave in the queue
+/// (marked, then dropped at the top or swept a few at a time). Also the jitter each fire is
+/// drawn. All under `mutex`.
+extension TimerScheduler {
+    /// Registers and queues a timer. `startSuspended` registers it suspended (a `ticks`
+    /// sequence resumes it when its consumer asks); `runsTasks` marks a `scheduleAsync` timer.
+    func schedule(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
+        target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
+        helper: AnyObject? = nil, handler: @escaping @Sendable (Tick) -> Void
+    ) throws(TimerError) -> TimerHandle {
+        if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
+        if let name { try TimerRegistry.validate(name: name) }
+        if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
+        let resolved = try schedule.resolve(now: clock.now())
+        var extras: TimerExtras?
+        if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 {
+            let more = TimerExtras()
+            more.jitter = resolved.jitterNanoseconds
+            more.tolerance = UInt64(tolerance.saturatingNanoseconds)
+            more.runsTasks = runsTasks
+            more.helper = helper
+            more.parksAfterLastCall = helper != nil
+            extras = more
+        }
+        let timer = try registry.register(name: name, in: registryShard) { id in
+            TimerHandle(
+                id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
+                extras: extras, target: target, handler: handler)
+        }
+        var refusal: TimerError?
+        mutex.lock()
+        if isShutDown {
+            refusal = shutDownErrorLocked()
+        } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
+            drawJitterLocked(timer)
+            if startSuspended {
+                timer.state = .suspended
+            } else {
+                do throws(TimerError) { try queueLocked(timer) } catch { refusal = error }
+            }
+        }
+        mutex.unlock()
+        if let refusal {
+            timer.cancel()  // also takes it out of the registry
+            throw refusal
+        }
+        return timer
+    }
+
+    /// Puts a scheduled timer in deadline order and arms the driver if it is now the
+    /// earliest. `previousKey` is the key it waited for until now, when it still has a live
+    /// entry (a reschedule): a later key then leaves that entry where it is, to be re-filed
+    /// when it reaches the top (an idle timeout moved on every read costs no sift). An
+    /// earlier key gives it a new entry and the old one dies. If the driver refuses, the timer
+    /// is left unqueued and the error is rethrown.
+    func queueLocked(_ timer: TimerHandle, previousKey: UInt64? = nil) throws(TimerError) {
+        let key = RepeatRule.latestFireTime(timer)
+        nextSequence &+= 1
+        timer.orderSequence = nextSequence
+        if timer.entrySequence != 0 {
+            if let previousKey, key >= previousKey { return }
+            deadInQueue += 1
+        }
+        queue.insert(timer, key: key, sequence: nextSequence)
+        timer.entrySequence = nextSequence
+        // The earliest entry, not only a new earliest: after a refused wake-up the driver may
+        // be armed later than an entry already queued (then it wakes once more than needed).
+        let earliest = queue.topKey ?? key
+        guard earliest < armedKey, earliest < Self.horizonNanoseconds, let driver else { return }
+        do throws(TimerError) {
+            try driver.wake(at: MonotonicInstant(nanoseconds: earliest))
+            armedKey = earliest
+        } catch {
+            unqueueLocked(timer)
+            throw error
+        }
+    }
+
+    /// Whether `entry` no longer stands for its timer.
+    @inline(__always)
+    func isDeadLocked(_ entry: TimerQueue<TimerHandle>.Entry) -> Bool {
+        entry.element._withUnsafeGuaranteedRef { $0.entrySequence != entry.sequence }
+    }
+
+    /// Arms the driver for the earliest key, or disarms it when nothing can come due.
+    func rearmLocked() throws(TimerError) {
+        let wanted = queue.topKey.flatMap { $0 < Self.horizonNanoseconds ? $0 : nil } ?? .max
+        guard wanted != armedKey, let driver else { return }
+        try driver.wake(at: wanted == .max ? .distantFuture : MonotonicInstant(nanoseconds: wanted))
+        armedKey = wanted
+    }
+
+    /// Kills `timer`'s entry, if it has one: it leaves the queue later (at the top, or swept).
+    @inline(__always)
+    func unqueueLocked(_ timer: TimerHandle) {
+        guard timer.entrySequence != 0 else { return }
+        timer.entrySequence = 0
+        deadInQueue += 1
+    }
+
+    /// Called when `timer` stops being scheduled. Its entry stays in the queue (touching the
+    /// queue here would cost several cache misses per cancel with many timers) unless it is
+    /// the earliest, or dead entries near the number of live ones: then a few are swept. Timers the
+    /// queue lets go of go to `sweptTimers`, for the caller to release after unlocking
+    /// (`takeSweptLocked`).
+    func retireLocked(_ timer: TimerHandle) {
+        let sequence = timer.entrySequence
+        guard sequence != 0 else { return }
+        unqueueLocked(timer)
+        if queue.top?.sequence == sequence {
+            dropDeadTopsLocked()
+        } else {
+            sweepDeadLocked()
+        }
+        // The native wake-up stays armed for the old earliest deadline: the loop wakes once,
+        // finds nothing due and re-arms. Cheaper than a re-arm per cancel when timers are
+        // cancelled in deadline order (timeouts). Only an empty queue disarms at once, and if
+        // that fails the loop wakes once for nothing.
+        // Jobs waiting for the loop keep their wake-up.
+        if queue.isEmpty, armedKey != .max, jobs.isEmpty {
+            armedKey = .max
+            try? driver?.wake(at: .distantFuture)
+        }
+    }
+
+    /// Once dead entries pass three quarters of the live ones, each new dead entry pays for
+    /// sweeping up to two (looking at no more than 16 entries): dead entries then fall back
+    /// faster than they come, so they never outnumber the live ones, and no call does more
+    /// than a bounded bit. Below that, a cancel touches nothing but its own timer.
+    func sweepDeadLocked() {
+        guard deadInQueue * 4 > (queue.count - deadInQueue) * 3 else { return }
+        deadInQueue -= queue.sweep(budget: 16, limit: 2, isDead: isDeadLocked, into: &sweptTimers)
+    }
+
+    /// Drops the dead entries at the top into `sweptTimers`, so the earliest entry is live.
+    func dropDeadTopsLocked() {
+        while let top = queue.top, isDeadLocked(top), let timer = queue.popTop() {
+            deadInQueue -= 1
+            sweptTimers.append(timer)
+        }
+    }
+
+    /// The timers swept under the lock, handed to the caller to release after unlocking; the
+    /// buffer comes back through `returnSwept` so that its storage is reused.
+    @inline(__always)
+    func takeSweptLocked() -> [TimerHandle] {
+        guard !sweptTimers.isEmpty else { return [] }
+        var taken: [TimerHandle] = []
+        swap(&taken, &sweptTimers)
+        return taken
+    }
+
+    /// Releases `swept` (outside the lock) and gives its storage back for the next sweep.
+    func releaseSwept(_ swept: consuming [TimerHandle]) {
+        guard swept.capacity > 0 else { return }
+        swept.removeAll(keepingCapacity: true)
+        mutex.lock()
+        if sweptTimers.capacity < swept.capacity && sweptTimers.isEmpty { swap(&sweptTimers, &swept) }
+        mutex.unlock()
+    }
+
+    /// Draws the jitter of `timer`'s next fire, if it has one.
+    func drawJitterLocked(_ timer: TimerHandle) {
+        guard let extras = timer.extras else { return }
+        guard extras.jitter > 0 else {
+            extras.jitterOffset = 0
+            return
+        }
+        // SplitMix64: a few instructions per draw, and repeatable from a seed.
+        jitterState &+= 0x9E37_79B9_7F4A_7C15
+        var z = jitterState
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z ^= z >> 31
+        extras.jitterOffset = z % (extras.jitter + 1)
+    }
+
+    /// Makes the jitter draws of this scheduler's timers repeatable from `seed`.
+    func seedJitter(_ seed: UInt64) { mutex.withLock { jitterState = seed } }
+}

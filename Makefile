@@ -10,7 +10,7 @@ BENCH_PKG   := --package-path Bench
 NIO_PKG     := --package-path TimerKitNIO
 BENCH        = Bench/.build/release/timerkit-bench
 # TimerKitNIO's test folders also hold links to the library's own test files: only its own are listed.
-FORMATTED   := Sources Tests Bench/Sources Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
+FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
 	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests/TimerKitNIOTests \
 	TimerKitNIO/Tests/TimerKitNIOTestSupport/NIOHarness.swift TimerKitNIO/Tests/TimerKitNIOTestSupport/Imports.swift
 DOCS_OUT    := .build/docs
@@ -53,9 +53,10 @@ test-nio: setup
 	$(SWIFT) build --build-tests $(STRICT) $(NIO_PKG)
 	$(SWIFT) test --skip-build $(NIO_PKG)
 
-# A smoke run of the bench: every backend appears, the JSON is well formed.
+# The bench's statistics tests, then a smoke run: every backend appears, the JSON is well formed.
 bench-quick: setup
-	$(SWIFT) build $(STRICT) $(BENCH_PKG)
+	$(SWIFT) build --build-tests $(STRICT) $(BENCH_PKG)
+	$(SWIFT) test --skip-build $(BENCH_PKG)
 	Bench/.build/debug/timerkit-bench --quick --json > Bench/.build/bench-quick.json
 	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json Bench/.build/debug/timerkit-bench
 

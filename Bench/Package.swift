@@ -17,6 +17,10 @@ let package = Package(
     ],
     targets: [
         .target(name: "CBenchSystem", path: "Sources/CBenchSystem"),
+        // The statistics of intervals and verdicts: a target of its own so that its tests
+        // need no timing.
+        .target(name: "BenchStatistics", swiftSettings: [.swiftLanguageMode(.v6)]),
+        .testTarget(name: "BenchStatisticsTests", dependencies: ["BenchStatistics"], swiftSettings: [.swiftLanguageMode(.v6)]),
         .executableTarget(
             name: "timerkit-bench",
             dependencies: [
@@ -25,6 +29,7 @@ let package = Package(
                 .product(name: "TimerKitLibevent", package: "TimerKit"),
                 .product(name: "CLibevent", package: "TimerKit"),
                 "CBenchSystem",
+                "BenchStatistics",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),

@@ -3,10 +3,12 @@
 backend the bench knows appears in every scenario it belongs to. Exit 1 on any problem."""
 import json, subprocess, sys
 
-LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us"}
+LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us", "p50_us"}
+ESTIMATE = {"median", "ci95_low", "ci95_high", "confidence", "slices"}
+MACHINE = {"cpu", "cores", "kernel", "clock_source", "build", "compiler", "load_average_before", "load_average_after"}
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "reset_ns", "cancel_ns", "schedule_ns_p99", "reset_ns_p99",
-              "cancel_ns_p99", "bytes_per_timer"}
+              "cancel_ns_p99", "bytes_per_timer", "schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"}
 FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us", "peak_fires_per_ms", "jitter_us", "herd"}
 ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
 # The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
@@ -18,6 +20,8 @@ def main(path, bench):
     problems = []
     if not isinstance(report.get("machine"), dict):
         problems.append("no machine object")
+    elif MACHINE - report["machine"].keys():
+        problems.append(f"machine lacks {sorted(MACHINE - report['machine'].keys())}")
     results = report.get("results", [])
     known = [line.split() for line in subprocess.run([bench, "--list-backends", "--quick"], capture_output=True, text=True, check=True).stdout.splitlines()]
     expected = {"latency": set(), "throughput": set()}
@@ -29,11 +33,11 @@ def main(path, bench):
     for r in results:
         kind = r.get("scenario")
         if kind == "latency":
-            missing = LATENCY - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
+            missing = LATENCY - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys() or ESTIMATE - r.get("p50_us", {}).keys()
             if r.get("fires", 0) <= 0:
                 problems.append(f"latency {r.get('backend')}: no fires")
         elif kind == "throughput":
-            missing = THROUGHPUT - r.keys()
+            missing = THROUGHPUT - r.keys() or next((ESTIMATE - r[k].keys() for k in ("schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate") if ESTIMATE - r[k].keys()), set())
             if r.get("schedule_ns", 0) <= 0 or r.get("reset_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
                 problems.append(f"throughput {r.get('backend')}: no timing")
         elif kind == "fanout":

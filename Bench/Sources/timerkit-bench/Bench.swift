@@ -36,7 +36,14 @@ struct LoadArgument: ExpressibleByArgument {
 struct TimerKitBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "timerkit-bench",
-        abstract: "Runs the same timer work on every TimerKit backend and compares them.",
+        abstract: "Runs the same timer work on every TimerKit backend and compares them, or compares two saved runs.",
+        subcommands: [RunBench.self, CompareRuns.self], defaultSubcommand: RunBench.self)
+}
+
+struct RunBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Runs the same timer work on every TimerKit backend and compares them (the default command).",
         discussion: """
             Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
             (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule, reset and \
@@ -130,6 +137,7 @@ struct TimerKitBench: ParsableCommand {
     private var fanoutJitter: Duration? { jitter == "0" ? .zero : parseDuration(jitter) }
 
     func run() throws {
+        let loadAverageBefore = MachineInfo.loadAverage()
         if listBackends {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
@@ -187,7 +195,8 @@ struct TimerKitBench: ParsableCommand {
                 }
             }
         }
-        let report = BenchReport(machine: .current(), nioBackgroundTasks: nioBackgroundTasks, results: results)
+        let report = BenchReport(
+            machine: .current(loadAverageBefore: loadAverageBefore), nioBackgroundTasks: nioBackgroundTasks, results: results)
         print(json ? try report.json() : report.table())
         if let html {
             do {

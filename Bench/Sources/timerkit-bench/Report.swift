@@ -1,3 +1,4 @@
+import BenchStatistics
 import Foundation
 
 /// What the machine was, so figures from different machines are not compared blindly.
@@ -7,18 +8,48 @@ struct MachineInfo: Codable {
     var cores: Int
     var kernel: String
     var date: String
+    /// The kernel's clock source (tsc, hpet, kvm-clock...): what every clock read costs.
+    var clockSource: String
+    /// How the bench was built (debug, release) and by which compiler.
+    var build: String
+    var compiler: String
+    /// /proc/loadavg's 1-minute figure when the run began and when it ended.
+    var loadAverageBefore: Double
+    var loadAverageAfter: Double
 
-    static func current() -> MachineInfo {
+    /// The 1-minute load average now.
+    static func loadAverage() -> Double {
+        let text = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").first.flatMap { Double($0) } ?? -1
+    }
+
+    static func current(loadAverageBefore: Double) -> MachineInfo {
         let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
         let model =
             cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
             .map { $0.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "" } ?? "unknown"
         let kernel = ((try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8)) ?? "unknown")
             .trimmingCharacters(in: .whitespacesAndNewlines)
+        let clockSource =
+            ((try? String(contentsOfFile: "/sys/devices/system/clocksource/clocksource0/current_clocksource", encoding: .utf8))
+            ?? "unknown").trimmingCharacters(in: .whitespacesAndNewlines)
+        #if DEBUG
+            let build = "debug"
+        #else
+            let build = "release"
+        #endif
+        #if compiler(>=6.4)
+            let compiler = "Swift 6.4 or later"
+        #elseif compiler(>=6.3)
+            let compiler = "Swift 6.3"
+        #else
+            let compiler = "Swift before 6.3"
+        #endif
         return MachineInfo(
             hostname: ProcessInfo.processInfo.hostName, cpu: model,
             cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel,
-            date: ISO8601DateFormatter().string(from: Date()))
+            date: ISO8601DateFormatter().string(from: Date()), clockSource: clockSource, build: build, compiler: compiler,
+            loadAverageBefore: loadAverageBefore, loadAverageAfter: loadAverage())
     }
 }
 
@@ -75,10 +106,15 @@ struct BenchReport: Encodable {
                 "\nlatency: lateness of a repeating \(format(latency[0].intervalUs)) µs timer, load \(load) (µs; p50 first, compare inside one run)\n"
             if load == "busy-loop" { out += "(the floor has no loop to load: it runs unloaded, as the reference)\n" }
             out += aligned(
-                [["backend", "p50", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)", "p50 / \(refName)"]]
+                [
+                    [
+                        "backend", "p50", "slices' p50, 95 %", "p90", "p99", "p99.9", "max", "fires", "missed", "p50 − \(refName)",
+                        "p50 / \(refName)",
+                    ]
+                ]
                     + latency.map { r in
                         [
-                            r.backend, format(r.latenessUs.p50), format(r.latenessUs.p90), format(r.latenessUs.p99),
+                            r.backend, format(r.latenessUs.p50), interval(r.p50Us), format(r.latenessUs.p90), format(r.latenessUs.p99),
                             format(r.latenessUs.p999), format(r.latenessUs.max), "\(r.fires)", "\(r.missed)",
                             String(format: "%+.1f", r.latenessUs.p50 - refP50),
                             refP50 > 0 ? String(format: "%.2fx", r.latenessUs.p50 / refP50) : "-",
@@ -88,14 +124,16 @@ struct BenchReport: Encodable {
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if !throughput.isEmpty {
             out += "\nthroughput: schedule, reset each to a later deadline, then cancel, in random order; deadlines 1–2 min\n"
-            out += "(ns per operation: median of 1,000-operation batches, p99 of the batches in brackets)\n"
+            out += "(ns per operation: median of 1,000-operation batches ± half its 95 % interval, p99 of the batches in brackets)\n"
             out += aligned(
                 [["backend", "timers", "schedule ns", "reset ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]]
                     + throughput.map { r in
                         [
-                            r.backend, "\(r.timers)", "\(format(r.scheduleNs)) [\(format(r.scheduleNsP99))]",
-                            "\(format(r.resetNs)) [\(format(r.resetNsP99))]",
-                            "\(format(r.cancelNs)) [\(format(r.cancelNsP99))]", format(r.bytesPerTimer),
+                            r.backend, "\(r.timers)",
+                            "\(format(r.scheduleNs)) ±\(format(r.scheduleNsEstimate.halfWidth)) [\(format(r.scheduleNsP99))]",
+                            "\(format(r.resetNs)) ±\(format(r.resetNsEstimate.halfWidth)) [\(format(r.resetNsP99))]",
+                            "\(format(r.cancelNs)) ±\(format(r.cancelNsEstimate.halfWidth)) [\(format(r.cancelNsP99))]",
+                            format(r.bytesPerTimer),
                             format(r.heapBytesPerTimer),
                         ]
                     })
@@ -200,4 +238,9 @@ func aligned(_ rows: [[String]]) -> String {
             return c == 0 ? cell + pad : pad + cell
         }.joined(separator: "  ")
     }.joined(separator: "\n") + "\n"
+}
+
+/// "median [low, high]" of an estimate's slices.
+func interval(_ estimate: Estimate) -> String {
+    estimate.slices.count < 2 ? "-" : "\(format(estimate.median)) [\(format(estimate.ci95Low)), \(format(estimate.ci95High))]"
 }

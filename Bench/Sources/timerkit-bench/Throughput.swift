@@ -1,3 +1,4 @@
+import BenchStatistics
 import TimerKit
 
 /// `throughput`: schedule N timers with random deadlines through the public API, reset each
@@ -24,6 +25,11 @@ struct ThroughputResult: Codable {
     var resetNsMean: Double
     /// Mean ns per cancel over the whole run (includes heap compactions).
     var cancelNsMean: Double
+    /// The batches' ns per operation of each phase: median and 95 % interval over the batches
+    /// (what `compare` reads), with every batch's figure.
+    var scheduleNsEstimate: Estimate
+    var resetNsEstimate: Estimate
+    var cancelNsEstimate: Estimate
     /// Resident memory added per live timer (registry, heap and timer all included).
     var bytesPerTimer: Double
     /// Allocator bytes in use per live timer (mallinfo2), a steadier cross-check of the RSS figure.
@@ -129,6 +135,8 @@ func measure(
         scheduleNsP99: quantile(timings.schedule, 0.99), resetNsP99: quantile(timings.reset, 0.99),
         cancelNsP99: quantile(timings.cancel, 0.99),
         scheduleNsMean: mean(timings.schedule), resetNsMean: mean(timings.reset), cancelNsMean: mean(timings.cancel),
+        scheduleNsEstimate: Estimate(slices: timings.schedule), resetNsEstimate: Estimate(slices: timings.reset),
+        cancelNsEstimate: Estimate(slices: timings.cancel),
         bytesPerTimer: Double(rssAfter - rssBefore) / Double(count),
         heapBytesPerTimer: Double(heapAfter - heapBefore) / Double(count))
 }

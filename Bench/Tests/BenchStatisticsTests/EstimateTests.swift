@@ -1,0 +1,80 @@
+import BenchStatistics
+import Testing
+
+/// The statistics behind every interval and verdict, on samples whose answers are known.
+@Suite("Bench statistics")
+struct EstimateTests {
+    @Test func tenSlicesGiveTheSecondAndNinthAt97Point9Percent() {
+        let estimate = Estimate(slices: [10, 1, 9, 2, 8, 3, 7, 4, 6, 5])
+        #expect(estimate.median == 5.5)
+        #expect(estimate.ci95Low == 2)
+        #expect(estimate.ci95High == 9)
+        // 1 − 2·(1 + 10)/1024
+        #expect(abs(estimate.confidence - (1 - 22.0 / 1024)) < 1e-12)
+    }
+
+    @Test func fiveSlicesOrFewerGiveTheRangeAtItsOwnConfidence() {
+        let five = Estimate(slices: [3, 1, 2, 5, 4])
+        #expect(five.median == 3)
+        #expect((five.ci95Low, five.ci95High) == (1, 5))
+        #expect(abs(five.confidence - 0.9375) < 1e-12)
+        let one = Estimate(slices: [7])
+        #expect((one.median, one.ci95Low, one.ci95High, one.confidence) == (7, 7, 7, 0))
+        #expect(Estimate(slices: []).median == 0)
+    }
+
+    @Test func manySlicesGiveATightIntervalAboutTheMedian() {
+        // 1,000 slices 0…999: k = 469 (P(B ≤ 468) ≤ 2.5 % < P(B ≤ 469)), so the interval is the
+        // 469th and 532nd values, 468 and 531, at 95.37 % (exact binomial sums).
+        let estimate = Estimate(slices: (0..<1_000).map(Double.init).shuffled())
+        #expect(estimate.median == 499.5)
+        #expect(estimate.ci95Low == 468)
+        #expect(estimate.ci95High == 531)
+        #expect(abs(estimate.confidence - 0.953_708_8) < 1e-6)
+    }
+
+    @Test func verdictsOnlyBeyondTheNoise() {
+        let a = Estimate(slices: [10, 11, 12, 10, 11, 12, 10, 11])
+        let overlapping = Estimate(slices: [11, 12, 13, 11, 12, 13, 11, 12])
+        let far = Estimate(slices: [20, 21, 22, 20, 21, 22, 20, 21])
+        #expect(Verdict(from: a, to: overlapping) == .noDifference)
+        #expect(Verdict(from: a, to: far) == .higher)
+        #expect(Verdict(from: far, to: a) == .lower)
+        let change = Change(figure: "x", old: a, new: far)
+        #expect(abs(change.percent - (21 - 11) / 11.0 * 100) < 1e-9)
+        #expect(change.isRegression(beyond: 50))
+        #expect(!change.isRegression(beyond: 100))
+        #expect(!Change(figure: "x", old: a, new: overlapping).isRegression(beyond: 0), "within the noise is never a regression")
+    }
+
+    @Test func theSameNoiseMeasuredTwiceIsNoDifferenceMostOfTheTime() {
+        // Two labels, one distribution (a self-comparison): with 95 % intervals of 20 slices
+        // each, overlapping intervals are the rule. A seeded generator keeps this exact.
+        var generator = SplitMix(seed: 2026)
+        var same = 0
+        for _ in 0..<200 {
+            let first = Estimate(slices: (0..<20).map { _ in 100 + generator.noise() })
+            let second = Estimate(slices: (0..<20).map { _ in 100 + generator.noise() })
+            if Verdict(from: first, to: second) == .noDifference { same += 1 }
+        }
+        #expect(same >= 190, "\(same) of 200 self-comparisons said no measurable difference")
+    }
+}
+
+/// SplitMix64, for repeatable noise: skewed, as a busy machine's is.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    /// 0…30, mostly small, sometimes large.
+    mutating func noise() -> Double {
+        let u = Double(next() >> 11) / Double(1 << 53)
+        return 30 * u * u * u
+    }
+}

@@ -31,8 +31,8 @@ struct CompareRuns: ParsableCommand {
     }
 
     func run() throws {
-        let before = try SavedRun(path: old)
-        let after = try SavedRun(path: new)
+        let before = try savedRun(old)
+        let after = try savedRun(new)
         print("load average (1 min, start → end): old \(before.load), new \(after.load)")
         for warning in before.machineDifferences(from: after) { print("warning: \(warning)") }
         let changes = before.figures.keys.sorted().compactMap { figure -> Change? in
@@ -71,54 +71,9 @@ extension Change {
     }
 }
 
-/// The figures with intervals, and the machine, of a run saved with `--json`.
-struct SavedRun {
-    var figures: [String: Estimate] = [:]
-    var machine: [String: String] = [:]
-    /// The 1-minute load average at the run's start and end.
-    var load = "?"
-
-    init(path: String) throws {
-        guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("cannot read '\(path)'") }
-        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let results = root["results"] as? [[String: Any]]
-        else { throw ValidationError("'\(path)' is not a timerkit-bench --json run") }
-        if let machine = root["machine"] as? [String: Any] {
-            // The date and the load differ from run to run by nature: shown, not warned about.
-            for (key, value) in machine where !["date", "load_average_before", "load_average_after"].contains(key) {
-                self.machine[key] = "\(value)"
-            }
-            load = "\(machine["load_average_before"] ?? "?") → \(machine["load_average_after"] ?? "?")"
-        }
-        func estimate(_ object: Any?) -> Estimate? {
-            guard let object, let data = try? JSONSerialization.data(withJSONObject: object) else { return nil }
-            let decoder = JSONDecoder()
-            decoder.keyDecodingStrategy = .convertFromSnakeCase
-            return try? decoder.decode(Estimate.self, from: data)
-        }
-        for result in results {
-            guard let scenario = result["scenario"] as? String, let backend = result["backend"] as? String else { continue }
-            switch scenario {
-            case "latency":
-                let load = result["load"] as? String ?? "none"
-                if let p50 = estimate(result["p50_us"]), p50.slices.count > 1 { figures["latency \(load) \(backend) p50 µs"] = p50 }
-            case "throughput":
-                let timers = result["timers"] as? Int ?? 0
-                for phase in ["schedule", "reset", "cancel"] {
-                    if let value = estimate(result["\(phase)_ns_estimate"]), value.slices.count > 1 {
-                        figures["throughput \(backend) \(timers) \(phase) ns"] = value
-                    }
-                }
-            default:
-                continue
-            }
-        }
-    }
-
-    /// What differs between the two runs' machines and builds, which moves the numbers.
-    func machineDifferences(from other: SavedRun) -> [String] {
-        Set(machine.keys).union(other.machine.keys).sorted().compactMap { key in
-            let (mine, theirs) = (machine[key] ?? "-", other.machine[key] ?? "-")
-            return mine == theirs ? nil : "the runs differ in \(key): '\(mine)' vs '\(theirs)'"
-        }
-    }
+/// The run saved at `path`, or a validation error naming it.
+func savedRun(_ path: String) throws -> SavedRun {
+    guard let data = FileManager.default.contents(atPath: path) else { throw ValidationError("cannot read '\(path)'") }
+    guard let run = SavedRun(json: data) else { throw ValidationError("'\(path)' is not a timerkit-bench --json run") }
+    return run
 }

@@ -1,4 +1,5 @@
 import BenchStatistics
+import Foundation
 import Testing
 
 /// The statistics behind every interval and verdict, on samples whose answers are known.
@@ -76,5 +77,33 @@ struct SplitMix {
     mutating func noise() -> Double {
         let u = Double(next() >> 11) / Double(1 << 53)
         return 30 * u * u * u
+    }
+}
+
+extension EstimateTests {
+    static func run(kernel: String, epollP50: [Double]) -> Data {
+        let slices = epollP50.map { "\($0)" }.joined(separator: ", ")
+        return Data(
+            """
+            {"machine": {"cpu": "AMD EPYC", "cores": 2, "kernel": "\(kernel)", "clock_source": "tsc", "build": "release",
+                         "compiler": "Swift 6.3", "date": "today", "load_average_before": 0.5, "load_average_after": 0.7},
+             "results": [{"scenario": "latency", "backend": "epoll", "load": "none",
+                          "p50_us": {"median": 0, "ci95_low": 0, "ci95_high": 0, "confidence": 0, "slices": [\(slices)]}}]}
+            """.utf8)
+    }
+
+    @Test func aSavedRunGivesItsFiguresAndWarnsOfAnotherMachine() throws {
+        let old = try #require(SavedRun(json: Self.run(kernel: "6.18", epollP50: [10, 11, 12, 10, 11, 12])))
+        let new = try #require(SavedRun(json: Self.run(kernel: "6.19", epollP50: [30, 31, 32, 30, 31, 32])))
+        let figure = "latency none epoll p50 µs"
+        #expect(old.figures.keys.sorted() == [figure])
+        #expect(old.figures[figure]?.slices == [10, 11, 12, 10, 11, 12])
+        #expect(old.load == "0.5 → 0.7")
+        #expect(old.machineDifferences(from: new) == ["the runs differ in kernel: '6.18' vs '6.19'"])
+        #expect(old.machineDifferences(from: old) == [], "the date and the load are not warned about")
+        let change = Change(figure: figure, old: try #require(old.figures[figure]), new: try #require(new.figures[figure]))
+        #expect(change.verdict == .higher)
+        #expect(change.isRegression(beyond: 10))
+        #expect(SavedRun(json: Data("[1, 2]".utf8)) == nil)
     }
 }

@@ -66,8 +66,10 @@ check-dependencies: setup
 
 # The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder:
 # the library's tests, then TimerKitNIO's (its own tests and the conformance suite on NIO).
-TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp
-ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp
+# Sanitized runs are several times slower, and every test starts at once: the watchdogs
+# (30 s, for a hang) wait 4 times as long there, so a busy machine's queue is not taken for one.
+TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=4
+ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp TIMERKIT_WATCHDOG_SCALE=4
 
 tsan: setup
 	$(TSAN_ENV) $(SWIFT) test --sanitize=thread --scratch-path .build-tsan

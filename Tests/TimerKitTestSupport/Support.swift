@@ -90,9 +90,20 @@ public final class Watchdog: Sendable {
     private let disarmed = DispatchSemaphore(value: 0)
     private let done = Locked(false)
 
+    /// How much longer every watchdog waits: `TIMERKIT_WATCHDOG_SCALE` (the sanitizer runs set
+    /// 4). Under ThreadSanitizer the whole suite, every test started at once on two cores, takes
+    /// about 25 s, so a test that waits its turn can pass 30 s without hanging.
+    static let scale: Double = {
+        guard let text = ProcessInfo.processInfo.environment["TIMERKIT_WATCHDOG_SCALE"], let scale = Double(text), scale >= 1 else {
+            return 1
+        }
+        return scale
+    }()
+
     /// Arms a watchdog for the test running now (or `what`).
     public init(_ what: String? = nil, seconds: Double = 30) {
         let name = what ?? Test.current.map { "\($0.name)" } ?? "a test"
+        let seconds = seconds * Self.scale
         let disarmed = self.disarmed
         Thread.detachNewThread {
             if disarmed.wait(timeout: .now() + .nanoseconds(Int(seconds * 1e9))) == .timedOut {

@@ -21,7 +21,7 @@ extension ConformanceTests {
         }
 
         @Test(arguments: BackendKind.allCases)
-        func aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop(_ kind: BackendKind) throws {
+        func aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Runs()
@@ -33,29 +33,29 @@ extension ConformanceTests {
             let callsTook = ContinuousClock.now - started
             let registered = h.registry.names
             if ContinuousClock.now - started < delay { #expect(registered == ["save"], "registered while work waits") }
-            #expect(h.waitUntil { runs.count >= 1 })
-            h.pass(ms(100))
+            #expect(await h.waitUntilAsync { runs.count >= 1 })
+            await h.passAsync(ms(100))
             #expect(runs.values.last == 19, "the last call's work")
             if callsTook < delay { #expect(runs.count == 1, "the calls came within \(delay) of each other: one run") }
             #expect(runs.allOnTheLoop)
-            #expect(h.waitUntil { h.registry.count == 0 }, "nothing registered once the work has run")
+            #expect(await h.waitUntilAsync { h.registry.count == 0 }, "nothing registered once the work has run")
         }
 
         @Test(arguments: BackendKind.allCases)
-        func aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow(_ kind: BackendKind) throws {
+        func aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Runs()
             let throttler = try Throttler(every: .seconds(3600), edge: .leading, name: "scroll", on: h.backend)
             for value in 0..<100 { try throttler.call { [backend = h.backend] in runs.record(value, on: backend) } }
-            #expect(h.waitUntil { runs.count >= 1 })
-            h.pass(ms(50))
+            #expect(await h.waitUntilAsync { runs.count >= 1 })
+            await h.passAsync(ms(50))
             #expect(runs.values == [0])
             #expect(runs.allOnTheLoop)
             #expect(try h.registry.snapshot(named: "scroll").state == .scheduled, "its window is open")
             throttler.cancel()
             try throttler.call { [backend = h.backend] in runs.record(100, on: backend) }
-            #expect(h.waitUntil { runs.count == 2 }, "cancelling closed the window: the next call runs at once")
+            #expect(await h.waitUntilAsync { runs.count == 2 }, "cancelling closed the window: the next call runs at once")
         }
 
         @Test(arguments: BackendKind.allCases)
@@ -75,14 +75,14 @@ extension ConformanceTests {
         }
 
         @Test(arguments: BackendKind.allCases)
-        func callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises(_ kind: BackendKind) throws {
+        func callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Counter()
             let debouncer = try Debouncer(for: .microseconds(200), name: "raced", on: h.backend)
             let throttler = try Throttler(every: .microseconds(300), edge: .both, on: h.backend)
             h.driveInBackground(for: ms(200))
-            onThreads(3) { thread in
+            await onThreadsAsync(3) { thread in
                 let until = ContinuousClock.now + .milliseconds(150)
                 while ContinuousClock.now < until {
                     try? debouncer.call { runs.increment() }
@@ -94,12 +94,12 @@ extension ConformanceTests {
             // Whatever the race left, a debouncer called once more runs that call's work.
             let last = Locked(false)
             try debouncer.call { last.withLock { $0 = true } }
-            #expect(h.waitUntil { last.current }, "the last call's work ran")
+            #expect(await h.waitUntilAsync { last.current }, "the last call's work ran")
             #expect(h.registry.timer(named: "raced") != nil, "the debouncer's timer waits for its next call")
         }
 
         @Test(arguments: BackendKind.allCases)
-        func workWhoseCapturesCallBackIntoTimerKitWhenReleased(_ kind: BackendKind) throws {
+        func workWhoseCapturesCallBackIntoTimerKitWhenReleased(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let released = Counter()
@@ -124,12 +124,12 @@ extension ConformanceTests {
                 try h.backend.throttle("displaced", every: .seconds(3600), edge: .trailing) { _ = displaced }
                 try h.backend.throttle("displaced", every: .seconds(3600), edge: .trailing) {}
             }
-            #expect(h.waitUntil { released.current == 2 }, "both captures were released, neither under a lock")
+            #expect(await h.waitUntilAsync { released.current == 2 }, "both captures were released, neither under a lock")
             #expect(h.registry.timer(named: "from-deinit") != nil)
         }
 
         @Test(arguments: BackendKind.allCases)
-        func shuttingDownFromInsideDebouncedWork(_ kind: BackendKind) throws {
+        func shuttingDownFromInsideDebouncedWork(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ran = Counter()
@@ -137,13 +137,13 @@ extension ConformanceTests {
                 backend.shutdown()
                 ran.increment()
             }
-            #expect(h.waitUntil { ran.current == 1 })
-            #expect(h.waitUntil { h.backend.scheduler.hasShutDown })
+            #expect(await h.waitUntilAsync { ran.current == 1 })
+            #expect(await h.waitUntilAsync { h.backend.scheduler.hasShutDown })
             #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) { try h.backend.debounce("after", for: ms(1)) {} }
         }
 
         @Test(arguments: BackendKind.allCases)
-        func anOwnedTimerIsCancelledWhenItsOwnerGoes(_ kind: BackendKind) throws {
+        func anOwnedTimerIsCancelledWhenItsOwnerGoes(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let handle: TimerHandle
@@ -157,7 +157,7 @@ extension ConformanceTests {
         }
 
         @Test(arguments: BackendKind.allCases)
-        func theLiveTimerCapHolds(_ kind: BackendKind) throws {
+        func theLiveTimerCapHolds(_ kind: BackendKind) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             try h.backend.limitLiveTimers(to: 2)
@@ -226,13 +226,13 @@ extension ConformanceTests.Helpers {
 
 extension ConformanceTests.Helpers {
     @Test(arguments: BackendKind.allCases)
-    func aJitteredTimerFiresWithinItsWindowAfterEachGridPoint(_ kind: BackendKind) throws {
+    func aJitteredTimerFiresWithinItsWindowAfterEachGridPoint(_ kind: BackendKind) async throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let log = TickLog()
         let start = h.backend.now()
         try h.backend.schedule(.every(ms(20), startingAt: start + ms(20), count: 5, jitter: ms(10)), handler: log.record)
-        #expect(h.waitUntil { log.count == 5 })
+        #expect(await h.waitUntilAsync { log.count == 5 })
         for tick in log.all {
             // On a busy machine a late tick may skip grid points: measure from the one it fired for.
             let sinceStart = tick.scheduled.nanoseconds - start.nanoseconds
@@ -246,7 +246,7 @@ extension ConformanceTests.Helpers {
 
 extension ConformanceTests.Helpers {
     @Test(arguments: BackendKind.allCases)
-    func asyncDebouncedWorkRunsOnceAsATaskOnTheLoop(_ kind: BackendKind) throws {
+    func asyncDebouncedWorkRunsOnceAsATaskOnTheLoop(_ kind: BackendKind) async throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let runs = Runs()
@@ -257,8 +257,8 @@ extension ConformanceTests.Helpers {
             }
             try h.backend.debounce("save", for: ms(300), work)
         }
-        #expect(h.waitUntil { runs.count >= 1 })
-        h.pass(ms(50))
+        #expect(await h.waitUntilAsync { runs.count >= 1 })
+        await h.passAsync(ms(50))
         #expect(runs.values.last == 9)
         // Manual's taskExecutor is its test executor, a thread of its own.
         if kind != .manual { #expect(runs.allOnTheLoop, "the task ran on the backend's loop (its taskExecutor)") }

@@ -130,6 +130,18 @@ public final class Harness: Sendable {
         return true
     }
 
+    /// `waitUntil` for async tests: on real time it polls without holding a thread of the
+    /// cooperative pool (which has one per core: tests that block it starve every async test).
+    public func waitUntilAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+        guard manual != nil else { return await waitForAsync(timeout, condition) }
+        return waitUntil(timeout, condition)  // virtual time: each step is quick
+    }
+
+    /// `pass` for async tests: real time is slept, not blocked.
+    public func passAsync(_ duration: Duration) async {
+        if let manual { manual.advance(by: duration) } else { try? await Task.sleep(for: duration) }
+    }
+
     /// Runs `body` off the test's thread; on Manual it also drives virtual time there, so a
     /// handler can block while the test thread acts on its timer.
     public func driveInBackground(for duration: Duration, _ body: @escaping @Sendable () -> Void = {}) {

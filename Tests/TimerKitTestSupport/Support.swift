@@ -59,6 +59,17 @@ public func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Senda
     return true
 }
 
+/// `onThreads` for async tests: waits for the threads without holding a thread of the
+/// cooperative pool.
+public func onThreadsAsync(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        Thread.detachNewThread {
+            onThreads(count, body)
+            continuation.resume()
+        }
+    }
+}
+
 /// Runs `body` on a new thread and waits for it to return.
 public func onNewThread(_ body: @escaping @Sendable () -> Void) {
     onThreads(1) { _ in body() }

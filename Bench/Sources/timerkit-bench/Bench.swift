@@ -105,6 +105,12 @@ struct RunBench: ParsableCommand {
     @Flag(help: "A smoke run of a few seconds: short latency slices, 10,000 timers.")
     var quick = false
 
+    @Flag(
+        help:
+            "Latency also measures the first backend again under a second label (NAME#2) and says whether the two differ beyond the noise: a check of the intervals, which should find no difference."
+    )
+    var selfCheck = false
+
     @Flag(help: "Print the backend names, one a line, and exit.")
     var listBackends = false
 
@@ -156,7 +162,10 @@ struct RunBench: ParsableCommand {
         for scenario in toRun {
             switch scenario {
             case .latency:
-                let realTime = selected.filter(\.realTime)
+                var realTime = selected.filter(\.realTime)
+                if selfCheck, let first = realTime.first {
+                    realTime.append(first.relabelled(first.name + selfCheckSuffix))
+                }
                 if !realTime.isEmpty {
                     results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(
                         BenchResult.latency)

@@ -24,6 +24,11 @@ struct BenchBackend: Sendable {
         return list
     }
 
+    /// The same subject under another name (`--self-check`).
+    func relabelled(_ name: String) -> BenchBackend {
+        BenchBackend(name: name, make: make, baselineLatency: baselineLatency, baselineFirstFire: baselineFirstFire, realTime: realTime)
+    }
+
     static func backend(_ name: String, realTime: Bool = true, _ make: @escaping @Sendable (TimerRegistry) throws -> any TimerBackend)
         -> BenchBackend
     {
@@ -51,3 +56,6 @@ let allBackends: [BenchBackend] = [
     // SwiftNIO's own timers, no TimerKit: a peer, not a backend (also in throughput and fan-out).
     .baseline(NIOPeer.name, firstFire: NIOPeer.firstFire, NIOPeer.latency),
 ]
+
+/// The label `--self-check` gives the second measurement of a backend.
+let selfCheckSuffix = "#2"

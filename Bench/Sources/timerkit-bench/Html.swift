@@ -1,3 +1,4 @@
+import BenchStatistics
 import Foundation
 
 /// A line chart as inline SVG: one polyline per series, optional log axes, a legend.
@@ -133,28 +134,37 @@ extension BenchReport {
             """
     }
 
-    /// Plain sentences drawn from the figures of this run.
+    /// How the leader of a figure stands against the others: ranked only beyond the noise.
+    func verdicts(_ estimate: Estimate, against others: [(String, Estimate)]) -> String {
+        let ahead = others.filter { Verdict(from: estimate, to: $0.1) == .higher }.map(\.0)
+        let even = others.filter { Verdict(from: estimate, to: $0.1) == .noDifference }.map(\.0)
+        var text = ""
+        if !ahead.isEmpty { text += ", ahead of \(ahead.joined(separator: ", ")) beyond the noise" }
+        if !even.isEmpty { text += "; no measurable difference from \(even.joined(separator: ", "))" }
+        return text
+    }
+
+    /// Plain sentences drawn from the figures of this run; a backend is ranked above another
+    /// only where their 95 % intervals do not overlap.
     func summary() -> [String] {
         var lines: [String] = []
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         let floor = latency.first { $0.backend == "floor" }?.latenessUs.p50
-        let backends = latency.filter { $0.backend != "floor" }.sorted { $0.latenessUs.p50 < $1.latenessUs.p50 }
+        let backends = latency.filter { $0.backend != "floor" && !$0.backend.hasSuffix(selfCheckSuffix) }
+            .sorted { $0.p50Us.median < $1.p50Us.median }
         if let best = backends.first {
-            var line = "Lowest latency: \(best.backend) (p50 \(format(best.latenessUs.p50)) µs"
-            if let floor { line += ", \(String(format: "%+.1f", best.latenessUs.p50 - floor)) µs from the bare-timerfd floor" }
-            lines.append(line + ").")
-            if let worst = backends.last, worst.backend != best.backend {
-                lines.append(
-                    "Highest latency: \(worst.backend), p50 \(format(worst.latenessUs.p50 - best.latenessUs.p50)) µs behind \(best.backend)."
-                )
-            }
+            var line = "Lowest latency: \(best.backend) (p50 of its slices \(interval(best.p50Us)) µs, 95 %"
+            if let floor { line += "; \(String(format: "%+.1f", best.latenessUs.p50 - floor)) µs from the bare-timerfd floor" }
+            lines.append(line + ")" + verdicts(best.p50Us, against: backends.dropFirst().map { ($0.backend, $0.p50Us) }) + ".")
         }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if let largest = throughput.map(\.timers).max() {
-            let atLargest = throughput.filter { $0.timers == largest }
-            if let fastest = atLargest.min(by: { $0.cancelNs < $1.cancelNs }) {
+            let atLargest = throughput.filter { $0.timers == largest }.sorted { $0.cancelNsEstimate.median < $1.cancelNsEstimate.median }
+            if let fastest = atLargest.first {
                 lines.append(
-                    "At \(largest) live timers, cancel is cheapest with \(fastest.backend) (\(format(fastest.cancelNs)) ns); TimerKit backends share one scheduler, so they scale alike."
+                    "At \(largest) live timers, cancel is cheapest with \(fastest.backend) (\(interval(fastest.cancelNsEstimate)) ns over its batches)"
+                        + verdicts(fastest.cancelNsEstimate, against: atLargest.dropFirst().map { ($0.backend, $0.cancelNsEstimate) })
+                        + "; TimerKit backends share one scheduler, so they scale alike."
                 )
             }
             if let foundation = throughput.filter({ $0.backend == "foundation-raw" }).max(by: { $0.timers < $1.timers }),

@@ -121,6 +121,12 @@ struct BenchReport: Encodable {
                         ]
                     })
         }
+        for second in latency where second.backend.hasSuffix(selfCheckSuffix) {
+            guard let first = latency.first(where: { $0.backend + selfCheckSuffix == second.backend }) else { continue }
+            let verdict = Verdict(from: first.p50Us, to: second.p50Us)
+            out +=
+                "self-check: \(first.backend) measured twice, p50 \(interval(first.p50Us)) vs \(interval(second.p50Us)): \(verdict.rawValue)\n"
+        }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if !throughput.isEmpty {
             out += "\nthroughput: schedule, reset each to a later deadline, then cancel, in random order; deadlines 1–2 min\n"

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A figure measured in repeated slices: their median, and an interval that holds the true
 /// median with the stated confidence, from order statistics (no assumption about the shape of
 /// the noise, which on a busy machine is anything but normal).
@@ -90,7 +92,3 @@ public struct Change: Sendable {
     /// Worse (higher: every compared figure is a cost) beyond the noise by more than `percent`.
     public func isRegression(beyond percent: Double) -> Bool { verdict == .higher && self.percent > percent }
 }
-
-#if canImport(Glibc)
-    import Glibc
-#endif

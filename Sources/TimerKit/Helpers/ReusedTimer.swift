@@ -129,13 +129,8 @@ extension TimerBackend {
                 guard timer.scheduler === scheduler, let helper = scheduler.helper(of: timer) as? Helper else {
                     throw .duplicateName(name)
                 }
-                do throws(TimerError) {
-                    return try call(helper)
-                } catch {
-                    // It ended between the lookup and the call: look again.
-                    guard case .timerEnded = error else { throw error }
-                    continue
-                }
+                // If its timer ends meanwhile, the helper's next `arm` schedules a new one.
+                return try call(helper)
             }
             do throws(TimerError) {
                 return try call(try make())
@@ -155,7 +150,7 @@ final class SerialTasks: @unchecked Sendable {
     private let mutex = PThreadMutex()
     private var last: Task<Void, Never>?
 
-    /// Starts `work` on `executor` (nil: the global executor) after the previous task.
+    /// Starts `work` on `executor` after the previous task.
     func start(on executor: any TaskExecutor, _ work: @escaping @Sendable () async -> Void) {
         mutex.lock()
         let previous = last

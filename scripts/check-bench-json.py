@@ -5,12 +5,19 @@ import json, subprocess, sys
 
 LATENCY = {"scenario", "backend", "interval_us", "fires", "missed", "lateness_us", "p50_us"}
 ESTIMATE = {"median", "ci95_low", "ci95_high", "confidence", "slices"}
-MACHINE = {"cpu", "cores", "kernel", "clock_source", "build", "compiler", "load_average_before", "load_average_after"}
+MACHINE = {"cpu", "cores", "kernel", "clock_source", "build", "compiler", "load_average_before", "load_average_after", "realtime_priority"}
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "reset_ns", "cancel_ns", "schedule_ns_p99", "reset_ns_p99",
               "cancel_ns_p99", "bytes_per_timer", "schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"}
-FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us", "peak_fires_per_ms", "jitter_us", "herd"}
-ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us"}
+FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us", "peak_fires_per_ms", "jitter_us", "herd", "cpu_ns_per_fire_estimate"}
+ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us", "p50_us"}
+FIRST_FIRE = {"scenario", "backend", "samples", "lateness_us", "p50_us"}
+IDLE = {"scenario", "backend", "seconds", "wakeups", "wakeups_above_baseline", "wakeups_per_second_above_baseline"}
+DISPLAY = {"scenario", "backend", "refresh_hz", "frames", "dropped", "priority", "jitter_us", "lateness_us", "lateness_p50_us"}
+# Each scenario's figures with an interval: every one must carry the interval's keys and its slices.
+ESTIMATES = {"latency": ["p50_us"], "throughput": ["schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"],
+             "first-fire": ["p50_us"], "fanout": ["cpu_ns_per_fire_estimate"], "idle": ["wakeups_per_second_above_baseline"],
+             "display": ["lateness_p50_us"], "async": ["p50_us"]}
 # The async scenario's rows for a TimerKit backend, and the two peers it is compared with.
 ASYNC_VARIANTS = {(mode, executor) for mode in ("sleep", "ticks") for executor in ("global", "loop")}
 ASYNC_PEERS = {("task-sleep", "sleep"), ("async-timer-sequence", "ticks")}
@@ -32,6 +39,15 @@ def main(path, bench):
     async_variants, async_peers = {}, set()
     for r in results:
         kind = r.get("scenario")
+        for key in ESTIMATES.get(kind, []):
+            value = r.get(key)
+            if not isinstance(value, dict) or ESTIMATE - value.keys():
+                problems.append(f"{kind} {r.get('backend')}: {key} is not an estimate with {sorted(ESTIMATE)}")
+            elif len(value["slices"]) < 2 or not value["ci95_low"] <= value["median"] <= value["ci95_high"]:
+                problems.append(f"{kind} {r.get('backend')}: {key} has {len(value['slices'])} slices, median outside its interval, or both")
+        required = {"first-fire": FIRST_FIRE, "idle": IDLE, "display": DISPLAY}.get(kind)
+        if required and required - r.keys():
+            problems.append(f"{kind} {r.get('backend')}: missing keys {sorted(required - r.keys())}")
         if kind == "latency":
             missing = LATENCY - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys() or ESTIMATE - r.get("p50_us", {}).keys()
             if r.get("fires", 0) <= 0:

@@ -29,20 +29,43 @@ public struct SavedRun: Sendable {
         }
         for result in results {
             guard let scenario = result["scenario"] as? String, let backend = result["backend"] as? String else { continue }
-            switch scenario {
-            case "latency":
-                let load = result["load"] as? String ?? "none"
-                if let p50 = estimate(result["p50_us"]), p50.slices.count > 1 { figures["latency \(load) \(backend) p50 µs"] = p50 }
-            case "throughput":
-                let timers = result["timers"] as? Int ?? 0
-                for phase in ["schedule", "reset", "cancel"] {
-                    if let value = estimate(result["\(phase)_ns_estimate"]), value.slices.count > 1 {
-                        figures["throughput \(backend) \(timers) \(phase) ns"] = value
-                    }
-                }
-            default:
-                continue
+            for (name, key) in Self.figureKeys(scenario: scenario, result: result) {
+                // One slice gives no interval: such a figure is shown by the run, not compared.
+                if let value = estimate(result[key]), value.slices.count > 1 { figures["\(scenario) \(name(backend))"] = value }
             }
+        }
+    }
+
+    /// The figures of one result: a name (given the backend) and the JSON key of its estimate.
+    /// Results of one scenario that measure different things (a load, a number of timers, a
+    /// mode of waiting, a refresh rate) carry that in the name.
+    static func figureKeys(scenario: String, result: [String: Any]) -> [(name: (String) -> String, key: String)] {
+        switch scenario {
+        case "latency":
+            let load = result["load"] as? String ?? "none"
+            return [({ "\(load) \($0) p50 µs" }, "p50_us")]
+        case "throughput":
+            let timers = result["timers"] as? Int ?? 0
+            return ["schedule", "reset", "cancel"].map { phase in ({ "\($0) \(timers) \(phase) ns" }, "\(phase)_ns_estimate") }
+        case "first-fire":
+            return [({ "\($0) p50 µs" }, "p50_us")]
+        case "fanout":
+            let tolerance = result["tolerance_us"] as? Double ?? 0
+            let jitter = result["jitter_us"] as? Double ?? 0
+            let herd = result["herd"] as? Bool ?? false
+            let setup = "tolerance \(tolerance) µs, jitter \(jitter) µs\(herd ? ", herd" : "")"
+            return [({ "\($0) (\(setup)) CPU ns per fire" }, "cpu_ns_per_fire_estimate")]
+        case "idle":
+            return [({ "\($0) wake-ups per s above baseline" }, "wakeups_per_second_above_baseline")]
+        case "display":
+            let rate = result["refresh_hz"] as? Int ?? 0
+            return [({ "\(rate) Hz \($0) lateness p50 µs" }, "lateness_p50_us")]
+        case "async":
+            let mode = result["mode"] as? String ?? "?"
+            let executor = result["executor"] as? String ?? "?"
+            return [({ "\($0) \(mode) on \(executor) p50 µs" }, "p50_us")]
+        default:
+            return []
         }
     }
 

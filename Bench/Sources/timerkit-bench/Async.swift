@@ -1,4 +1,5 @@
 import AsyncAlgorithms
+import BenchStatistics
 import Dispatch
 import Foundation
 import TimerKit
@@ -25,6 +26,9 @@ struct AsyncResult: Codable {
     var callbackP50Us: Double?
     /// The bare timerfd floor's p50 in the same run (nil when `floor` was not selected).
     var floorP50Us: Double?
+    /// The lateness p50 of each round (rounds interleaved with every other subject's), their
+    /// median and 95 % interval: what the verdicts and `compare` read.
+    var p50Us: Estimate
 }
 
 /// One way of waiting for a grid of deadlines in a task, recording each one's lateness.
@@ -35,9 +39,9 @@ private struct AsyncSubject: Sendable {
     let run: @Sendable (_ interval: Duration, _ seconds: Double, _ recorder: LatencyRecorder) async throws -> Void
 }
 
-func runAsync(backends: [BenchBackend], interval: Duration, seconds: Double) throws -> [AsyncResult] {
-    let slice = min(1.0, seconds)
-    let rounds = max(1, Int((seconds / slice).rounded()))
+func runAsync(backends: [BenchBackend], interval: Duration, seconds: Double, rounds: Int) throws -> [AsyncResult] {
+    let rounds = max(1, rounds)
+    let slice = seconds / Double(rounds)
     var subjects: [AsyncSubject] = []
     var callbacks: [(name: String, make: @Sendable (TimerRegistry) throws -> any TimerBackend)] = []
     for backend in backends where backend.realTime {
@@ -105,27 +109,34 @@ func runAsync(backends: [BenchBackend], interval: Duration, seconds: Double) thr
     for (name, _) in callbacks { recorders["\(name)/callback"] = LatencyRecorder() }
     let floor = backends.first { $0.name == "floor" }?.baselineLatency
     let floorRecorder = LatencyRecorder()
-    for round in 0..<rounds {
-        // Interleaved, so the machine's noise falls on every subject alike.
-        if let floor {
-            progress("async: round \(round + 1)/\(rounds) floor")
-            try floor(interval, slice, floorRecorder)
-        }
-        for (name, make) in callbacks {
-            progress("async: round \(round + 1)/\(rounds) \(name) callback")
-            guard let recorder = recorders["\(name)/callback"] else { continue }
-            let instance = try make(TimerRegistry())
-            try instance.schedule(.every(interval), handler: recorder.record)
-            pause(slice)
-            instance.shutdown()
-        }
-        for subject in subjects {
-            progress("async: round \(round + 1)/\(rounds) \(subject.key)")
-            guard let recorder = recorders[subject.key] else { continue }
-            try awaitResult { try await subject.run(interval, slice, recorder) }
-        }
+    // Every subject, the callbacks and the floor take turns in each round, in a rotated order.
+    var turns: [(name: String, run: () throws -> Void)] = []
+    if let floor { turns.append(("floor", { try floor(interval, slice, floorRecorder) })) }
+    for (name, make) in callbacks {
+        guard let recorder = recorders["\(name)/callback"] else { continue }
+        turns.append(
+            (
+                "\(name) callback",
+                {
+                    let instance = try make(TimerRegistry())
+                    try instance.schedule(.every(interval), handler: recorder.record)
+                    pause(slice)
+                    instance.shutdown()
+                }
+            ))
     }
-    progressDone()
+    for subject in subjects {
+        guard let recorder = recorders[subject.key] else { continue }
+        turns.append(
+            (
+                subject.key,
+                {
+                    try awaitResult { try await subject.run(interval, slice, recorder) }
+                    recorder.endSlice()
+                }
+            ))
+    }
+    try inRounds(turns, rounds: rounds, scenario: "async", name: \.name) { try $0.run() }
     let floorP50 = floor == nil ? nil : Percentiles(floorRecorder.state.current.histogram).p50
     return subjects.compactMap { subject in
         guard let state = recorders[subject.key]?.state.current else { return nil }
@@ -133,7 +144,7 @@ func runAsync(backends: [BenchBackend], interval: Duration, seconds: Double) thr
         return AsyncResult(
             backend: subject.backend, mode: subject.mode, executor: subject.executor, intervalUs: interval.microseconds,
             samples: state.fires, latenessUs: Percentiles(state.histogram),
-            callbackP50Us: callback.map { Percentiles($0.histogram).p50 }, floorP50Us: floorP50)
+            callbackP50Us: callback.map { Percentiles($0.histogram).p50 }, floorP50Us: floorP50, p50Us: Estimate(slices: state.sliceP50sUs))
     }
 }
 

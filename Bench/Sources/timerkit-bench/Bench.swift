@@ -102,6 +102,13 @@ struct RunBench: ParsableCommand {
     @Flag(help: "Print one JSON object instead of the table.")
     var json = false
 
+    @Option(
+        name: .customLong("repeat"),
+        help:
+            "Rounds of every comparing scenario (latency, first-fire, fanout, idle, display, async): each round gives every backend one slice, in a rotated order, and each figure's 95 % interval comes from its slices (default 10; 3 with --quick)."
+    )
+    var rounds: Int?
+
     @Flag(help: "A smoke run of a few seconds: short latency slices, 10,000 timers.")
     var quick = false
 
@@ -127,6 +134,9 @@ struct RunBench: ParsableCommand {
         }
         guard seconds.isFinite && seconds > 0 && seconds <= 3600 else {
             throw ValidationError("--seconds must be in (0, 3600] (got \(seconds))")
+        }
+        if let rounds, !(2...1000).contains(rounds) {
+            throw ValidationError("--repeat must be in 2...1000: an interval needs two slices or more (got \(rounds))")
         }
         guard (0...10_000_000).contains(nioBackgroundTasks) else {
             throw ValidationError("--nio-background-tasks must be in 0...10000000 (got \(nioBackgroundTasks))")
@@ -155,6 +165,7 @@ struct RunBench: ParsableCommand {
         nioBackgroundTaskCount.store(nioBackgroundTasks, ordering: .relaxed)
         addNIOBackgroundTasks(to: benchEventLoopGroup.next())
         let seconds = quick ? 0.3 : self.seconds
+        let rounds = self.rounds ?? (quick ? 3 : 10)
         let sizes = quick ? [10_000] : timers.isEmpty ? [1_000, 10_000, 100_000] : timers.sorted()
         let selected = backendNames.isEmpty ? allBackends : allBackends.filter { backendNames.contains($0.name) }
         let toRun = scenarios.isEmpty ? Scenario.allCases : scenarios
@@ -167,11 +178,14 @@ struct RunBench: ParsableCommand {
                     realTime.append(first.relabelled(first.name + selfCheckSuffix))
                 }
                 if !realTime.isEmpty {
-                    results += try runLatency(backends: realTime, interval: interval.duration, seconds: seconds, load: load.load).map(
+                    results += try runLatency(
+                        backends: realTime, interval: interval.duration, seconds: seconds, rounds: rounds, load: load.load
+                    ).map(
                         BenchResult.latency)
                 }
             case .firstFire:
-                results += try runFirstFire(backends: selected.filter(\.realTime), samples: quick ? 20 : 200).map(BenchResult.firstFire)
+                results += try runFirstFire(backends: selected.filter(\.realTime), samples: quick ? 30 : 200, rounds: rounds).map(
+                    BenchResult.firstFire)
             case .drift:
                 results += try runDrift(
                     backends: selected.filter(\.realTime), interval: interval.duration,
@@ -180,19 +194,22 @@ struct RunBench: ParsableCommand {
             case .fanout:
                 results += try runFanout(
                     backends: selected.filter(\.realTime), timers: quick ? 1000 : 10_000,
-                    seconds: quick ? 0.3 : 2, tolerance: fanoutTolerance ?? .zero, jitter: fanoutJitter ?? .zero, herd: herd,
+                    seconds: quick ? 0.6 : 3, rounds: rounds, tolerance: fanoutTolerance ?? .zero, jitter: fanoutJitter ?? .zero,
+                    herd: herd,
                     // The raw baselines have random phases and no jitter: they run only beside that setup.
                     includeRaw: !noRaw && backendNames.isEmpty && !herd && fanoutJitter == .zero
                 ).map(BenchResult.fanout)
             case .idle:
-                results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.3 : 3).map(BenchResult.idle)
+                results += try runIdle(backends: selected.filter(\.realTime), seconds: quick ? 0.6 : 3, rounds: rounds).map(
+                    BenchResult.idle)
             case .display:
                 // DisplayLink is an epoll-module feature: it runs when epoll is selected.
                 if selected.contains(where: { $0.name == "epoll" }) {
-                    results += try runDisplay(rates: [60, 120], seconds: seconds).map(BenchResult.display)
+                    results += try runDisplay(rates: [60, 120], seconds: seconds, rounds: rounds).map(BenchResult.display)
                 }
             case .async:
-                results += try runAsync(backends: selected, interval: interval.duration, seconds: seconds).map(BenchResult.async)
+                results += try runAsync(backends: selected, interval: interval.duration, seconds: seconds, rounds: rounds).map(
+                    BenchResult.async)
             case .throughput:
                 let measurable = selected.filter { $0.make != nil }
                 if !measurable.isEmpty {

@@ -1,3 +1,4 @@
+import BenchStatistics
 import CBenchSystem
 import Dispatch
 import Foundation
@@ -21,20 +22,36 @@ struct DisplayResult: Codable {
     var jitterUs: Percentiles
     /// Callback start − vsync deadline, µs.
     var latenessUs: Percentiles
+    /// The lateness p50 of each round (rounds interleaved with the floor's), their median and
+    /// 95 % interval: what the verdicts and `compare` read.
+    var latenessP50Us: Estimate
 }
 
 /// Frame starts, as seen by a callback.
 final class FrameRecorder: Sendable {
-    let state = Locked((jitter: makeHistogram(), lateness: makeHistogram(), previous: UInt64(0), frames: 0, dropped: 0))
+    let state = Locked(
+        (
+            jitter: makeHistogram(), lateness: makeHistogram(), previous: UInt64(0), frames: 0, dropped: 0, slice: makeHistogram(),
+            sliceP50sUs: [Double]()
+        ))
     let period: UInt64
     init(period: UInt64) { self.period = period }
 
     /// A new slice starts: the gap since the last one is not a frame interval.
     func startSlice() { state.withLock { $0.previous = 0 } }
 
+    /// Ends a slice: its lateness p50 joins `sliceP50sUs`.
+    func endSlice() {
+        state.withLock {
+            if $0.slice.totalCount > 0 { $0.sliceP50sUs.append(Double($0.slice.valueAtPercentile(50)) / 1000) }
+            $0.slice.reset()
+        }
+    }
+
     func record(scheduled: UInt64, actual: UInt64, dropped: Int) {
         state.withLock { s in
             _ = s.lateness.record(actual >= scheduled ? actual - scheduled : 0)
+            _ = s.slice.record(actual >= scheduled ? actual - scheduled : 0)
             if s.previous != 0 && dropped == 0 {
                 let interval = actual - s.previous
                 _ = s.jitter.record(interval > period ? interval - period : period - interval)
@@ -46,9 +63,11 @@ final class FrameRecorder: Sendable {
     }
 }
 
-func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
-    let slice = min(1.0, seconds)
-    let rounds = max(1, Int((seconds / slice).rounded()))
+/// Each rate in `rounds` rounds of `seconds / rounds`, the floor and the DisplayLink taking
+/// turns in every round.
+func runDisplay(rates: [Int], seconds: Double, rounds: Int) throws -> [DisplayResult] {
+    let rounds = max(1, rounds)
+    let slice = seconds / Double(rounds)
     var results: [String: (FrameRecorder, String)] = [:]
     for round in 0..<rounds {
         for rate in rates {
@@ -67,6 +86,7 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
                 done.signal()
             }
             done.wait()
+            floor.endSlice()
             results[floorKey] = (floor, floorPriority.current)
 
             let displayKey = "display@\(rate)"
@@ -78,6 +98,7 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             }
             _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
             link.invalidate()
+            display.endSlice()
             results[displayKey] = (display, source.obtainedPriority.description)
             source.shutdown()
         }
@@ -89,7 +110,7 @@ func runDisplay(rates: [Int], seconds: Double) throws -> [DisplayResult] {
             let s = recorder.state.current
             return DisplayResult(
                 backend: kind, refreshHz: rate, frames: s.frames, dropped: s.dropped, priority: priority,
-                jitterUs: Percentiles(s.jitter), latenessUs: Percentiles(s.lateness))
+                jitterUs: Percentiles(s.jitter), latenessUs: Percentiles(s.lateness), latenessP50Us: Estimate(slices: s.sliceP50sUs))
         }
     }
 }

@@ -1,3 +1,4 @@
+import BenchStatistics
 import CBenchSystem
 import CLibevent
 import Dispatch
@@ -25,6 +26,9 @@ struct FanoutResult: Codable {
     var latenessUs: Percentiles
     /// The latest fire beyond what its tolerance allows (≤ 0: every fire was within it).
     var maxLatenessOverToleranceUs: Double
+    /// CPU ns per fire of each round (rounds interleaved with the other backends'), their
+    /// median and 95 % interval: what the verdicts and `compare` read.
+    var cpuNsPerFireEstimate: Estimate
 }
 
 func processCPUNanoseconds() -> UInt64 {
@@ -39,56 +43,89 @@ private let fanoutPeriod: Int64 = 100_000_000
 /// The raw baselines that also run the fan-out (with no --backend filter and no --no-raw).
 let rawFanoutBaselines: Set<String> = ["libevent-raw", NIOPeer.name]
 
-func runFanout(
-    backends: [BenchBackend], timers: Int, seconds: Double, tolerance: Duration, jitter: Duration = .zero, herd: Bool = false,
-    includeRaw: Bool
-) throws -> [FanoutResult] {
-    var results = try eachInstance(of: backends, scenario: "fanout") { backend, instance in
-        let recorder = LatencyRecorder()
-        let now = instance.now()
-        for _ in 0..<timers {
-            let phase = herd ? .zero : Duration.nanoseconds(Int64.random(in: 0..<fanoutPeriod))
-            try instance.schedule(
-                .every(.nanoseconds(fanoutPeriod), startingAt: now + .milliseconds(50) + phase, jitter: jitter), tolerance: tolerance,
-                handler: recorder.record)
-        }
-        var result = measureFanout(backend: backend.name, timers: timers, tolerance: tolerance, seconds: seconds, recorder: recorder) {
-            instance.shutdown()
-        }
-        result.jitterUs = jitter.microseconds
-        result.herd = herd
-        return result
-    }
-    if includeRaw {
-        progress("fanout: libevent-raw")
-        results.append(try runRawLibeventFanout(timers: timers, seconds: seconds))
-        progress("fanout: \(NIOPeer.name)")
-        results.append(try NIOPeer.fanout(timers: timers, period: fanoutPeriod, seconds: seconds))
-    }
-    progressDone()
-    return results
+/// One subject of the fan-out: sets its timers up and runs one measured slice.
+private struct FanoutSubject {
+    let name: String
+    let toleranceUs: Double
+    let runSlice: (_ seconds: Double, _ tally: FanoutTally) throws -> Void
 }
 
-/// Lets the timers settle, then counts the process's CPU time over `seconds` of fires.
-func measureFanout(
-    backend: String, timers: Int, tolerance: Duration, seconds: Double, recorder: LatencyRecorder, stop: () -> Void
-) -> FanoutResult {
+/// What a subject's measured slices add up to, and each slice's CPU per fire.
+final class FanoutTally {
+    let recorder = LatencyRecorder()
+    var cpuNs: UInt64 = 0
+    var fires = 0
+    var seconds = 0.0
+    /// Fires by the millisecond of the period they came in, over the measured windows.
+    var phases = [Int](repeating: 0, count: LatencyRecorder.phaseBuckets)
+    var cpuNsPerFireBySlice: [Double] = []
+}
+
+/// 10,000 (`timers`) repeating timers on every backend, in `rounds` interleaved rounds of
+/// `seconds / rounds` each; every round sets the timers up on a fresh instance.
+func runFanout(
+    backends: [BenchBackend], timers: Int, seconds: Double, rounds: Int, tolerance: Duration, jitter: Duration = .zero,
+    herd: Bool = false, includeRaw: Bool
+) throws -> [FanoutResult] {
+    var subjects: [FanoutSubject] = backends.compactMap { backend in
+        guard let make = backend.make else { return nil }
+        return FanoutSubject(name: backend.name, toleranceUs: tolerance.microseconds) { seconds, tally in
+            let instance = try make(TimerRegistry())
+            defer { instance.shutdown() }
+            let now = instance.now()
+            for _ in 0..<timers {
+                let phase = herd ? .zero : Duration.nanoseconds(Int64.random(in: 0..<fanoutPeriod))
+                try instance.schedule(
+                    .every(.nanoseconds(fanoutPeriod), startingAt: now + .milliseconds(50) + phase, jitter: jitter), tolerance: tolerance,
+                    handler: tally.recorder.record)
+            }
+            measureFanoutSlice(seconds: seconds, into: tally) { instance.shutdown() }
+        }
+    }
+    if includeRaw {
+        subjects.append(
+            FanoutSubject(name: "libevent-raw", toleranceUs: 0) { try runRawLibeventFanout(timers: timers, seconds: $0, into: $1) })
+        subjects.append(
+            FanoutSubject(name: NIOPeer.name, toleranceUs: 0) {
+                try NIOPeer.fanout(timers: timers, period: fanoutPeriod, seconds: $0, into: $1)
+            })
+    }
+    let tallies = Dictionary(uniqueKeysWithValues: subjects.map { ($0.name, FanoutTally()) })
+    let slice = seconds / Double(max(1, rounds))
+    try inRounds(subjects, rounds: max(1, rounds), scenario: "fanout", name: \.name) { subject in
+        guard let tally = tallies[subject.name] else { return }
+        try subject.runSlice(slice, tally)
+    }
+    return subjects.compactMap { subject in
+        guard let tally = tallies[subject.name] else { return nil }
+        let lateness = Percentiles(tally.recorder.state.current.histogram)
+        let periods = tally.seconds * 1e9 / Double(fanoutPeriod)
+        return FanoutResult(
+            backend: subject.name, timers: timers, toleranceUs: subject.toleranceUs,
+            jitterUs: subject.name == "libevent-raw" || subject.name == NIOPeer.name ? 0 : jitter.microseconds, herd: herd,
+            fires: tally.fires, peakFiresPerMs: periods > 0 ? Double(tally.phases.max() ?? 0) / periods : 0,
+            cpuNsPerFire: tally.fires > 0 ? Double(tally.cpuNs) / Double(tally.fires) : 0, latenessUs: lateness,
+            maxLatenessOverToleranceUs: lateness.max - subject.toleranceUs,
+            cpuNsPerFireEstimate: Estimate(slices: tally.cpuNsPerFireBySlice))
+    }
+}
+
+/// Lets the timers settle, then counts the process's CPU time and the fires over `seconds`,
+/// adds them to `tally`, and stops the subject.
+func measureFanoutSlice(seconds: Double, into tally: FanoutTally, stop: () -> Void) {
     pause(0.2)
     let cpuBefore = processCPUNanoseconds()
-    let before = recorder.state.current
+    let before = tally.recorder.state.current
     pause(seconds)
     let cpu = processCPUNanoseconds() - cpuBefore
+    let after = tally.recorder.state.current
     stop()
-    let state = recorder.state.current
-    let fires = state.fires - before.fires
-    let lateness = Percentiles(state.histogram)
-    let busiest = zip(state.phases, before.phases).map { $0 - $1 }.max() ?? 0
-    let periods = seconds * 1e9 / Double(fanoutPeriod)
-    return FanoutResult(
-        backend: backend, timers: timers, toleranceUs: tolerance.microseconds, fires: fires,
-        peakFiresPerMs: Double(busiest) / periods,
-        cpuNsPerFire: fires > 0 ? Double(cpu) / Double(fires) : 0, latenessUs: lateness,
-        maxLatenessOverToleranceUs: lateness.max - tolerance.microseconds)
+    let fires = after.fires - before.fires
+    tally.cpuNs += cpu
+    tally.fires += fires
+    tally.seconds += seconds
+    for bucket in tally.phases.indices { tally.phases[bucket] += after.phases[bucket] - before.phases[bucket] }
+    if fires > 0 { tally.cpuNsPerFireBySlice.append(Double(cpu) / Double(fires)) }
 }
 
 /// One timer of the libevent-raw fan-out: what a C program keeps per timer.
@@ -106,7 +143,7 @@ private final class RawFanoutTimer {
 /// The fan-out as a libevent program without TimerKit writes it: one event per timer, each
 /// re-added from its callback for its next deadline on the grid (a persistent event would
 /// drift by its callbacks' lateness). The base reads the precise clock, as TimerKit's does.
-private func runRawLibeventFanout(timers: Int, seconds: Double) throws -> FanoutResult {
+private func runRawLibeventFanout(timers: Int, seconds: Double, into tally: FanoutTally) throws {
     evthread_use_pthreads()
     guard let config = event_config_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_config_new") }
     event_config_set_flag(config, Int32(EVENT_BASE_FLAG_PRECISE_TIMER.rawValue))
@@ -114,7 +151,7 @@ private func runRawLibeventFanout(timers: Int, seconds: Double) throws -> Fanout
     event_config_free(config)
     guard let base = made else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new_with_config") }
     defer { event_base_free(base) }
-    let recorder = LatencyRecorder()
+    let recorder = tally.recorder
     let start = MonotonicInstant.now().nanoseconds + 50_000_000
     let entries = (0..<timers).map { _ in
         RawFanoutTimer(deadline: start + UInt64.random(in: 0..<UInt64(fanoutPeriod)), recorder: recorder)
@@ -143,12 +180,11 @@ private func runRawLibeventFanout(timers: Int, seconds: Double) throws -> Fanout
         event_base_loop(loopBase.base, EVLOOP_NO_EXIT_ON_EMPTY)
         loopEnded.signal()
     }
-    let result = measureFanout(backend: "libevent-raw", timers: timers, tolerance: .zero, seconds: seconds, recorder: recorder) {
+    measureFanoutSlice(seconds: seconds, into: tally) {
         event_base_loopbreak(base)
         loopEnded.wait()
     }
     withExtendedLifetime(entries) {}
-    return result
 }
 
 /// Adds `timer`'s event to fire `nanoseconds` from now.

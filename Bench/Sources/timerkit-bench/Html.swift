@@ -71,10 +71,74 @@ struct LineChart {
         return stride(from: ceil(low / step) * step, through: high, by: step).map { ($0, shortNumber($0)) }
     }
 
-    private func niceStep(_ raw: Double) -> Double {
-        let magnitude = pow(10, floor(log10(max(raw, 1e-9))))
-        for factor in [1.0, 2, 5, 10] where raw <= factor * magnitude { return factor * magnitude }
-        return 10 * magnitude
+}
+
+/// A round step for an axis of about five ticks: 1, 2 or 5 times a power of ten.
+func niceStep(_ raw: Double) -> Double {
+    let magnitude = pow(10, floor(log10(max(raw, 1e-9))))
+    for factor in [1.0, 2, 5, 10] where raw <= factor * magnitude { return factor * magnitude }
+    return 10 * magnitude
+}
+
+/// One row per subject: a dot at its median and a bar over its 95 % interval, so that
+/// overlapping bars (no measurable difference) are seen at a glance.
+struct IntervalChart {
+    /// The chart's anchor in the page, which the verdicts link to.
+    var id: String
+    var title: String
+    var unit: String
+    var rows: [(label: String, estimate: Estimate)]
+
+    func svg(width: Double = 760) -> String {
+        let (left, right, top, rowHeight) = (230.0, 60.0, 36.0, 20.0)
+        let height = top + Double(rows.count) * rowHeight + 40
+        let high = rows.map { max($0.estimate.ci95High, $0.estimate.median) }.max() ?? 0
+        guard !rows.isEmpty, high > 0 else { return "" }
+        // Figures that differ by more than 30 times (a raw peer far from the rest) on a log
+        // axis, so that the others' bars stay readable.
+        let low = rows.map { min($0.estimate.ci95Low, $0.estimate.median) }.filter { $0 > 0 }.min() ?? high
+        let logAxis = high / low > 30
+        let ticks: [Double]
+        let (x0, x1): (Double, Double)
+        if logAxis {
+            (x0, x1) = (floor(log10(low)), ceil(log10(high)))
+            ticks = stride(from: x0, through: x1, by: 1).map { pow(10, $0) }
+        } else {
+            let step = niceStep(high / 5)
+            (x0, x1) = (0, ceil(high / step) * step)
+            ticks = Array(stride(from: 0, through: x1, by: step))
+        }
+        let plotW = width - left - right
+        func px(_ v: Double) -> Double {
+            let position = logAxis ? log10(max(v, pow(10, x0))) : v
+            return left + (position - x0) / (x1 - x0) * plotW
+        }
+        var out =
+            "<svg id='\(id)' xmlns='http://www.w3.org/2000/svg' width='\(Int(width))' height='\(Int(height))' font-family='sans-serif' font-size='11'>"
+        out += "<text x='10' y='20' font-size='14' font-weight='bold'>\(escape(title))</text>"
+        let bottom = top + Double(rows.count) * rowHeight
+        for tick in ticks {
+            out += "<line x1='\(px(tick))' y1='\(top)' x2='\(px(tick))' y2='\(bottom)' stroke='#eee'/>"
+            out += "<text x='\(px(tick))' y='\(bottom + 14)' text-anchor='middle'>\(shortNumber(tick))</text>"
+        }
+        let axis = logAxis ? "\(unit), log scale" : unit
+        out +=
+            "<text x='\(left + plotW / 2)' y='\(bottom + 32)' text-anchor='middle'>\(escape(axis)): median (dot) and 95 % interval (bar)</text>"
+        for (index, row) in rows.enumerated() {
+            let y = top + Double(index) * rowHeight + rowHeight / 2
+            let e = row.estimate
+            out += "<text x='\(left - 8)' y='\(y + 4)' text-anchor='end'>\(escape(row.label))</text>"
+            if e.slices.count > 1 {
+                out +=
+                    "<line x1='\(px(e.ci95Low))' y1='\(y)' x2='\(px(e.ci95High))' y2='\(y)' stroke='#1f77b4' stroke-width='6' stroke-opacity='0.35'/>"
+                for end in [e.ci95Low, e.ci95High] {
+                    out += "<line x1='\(px(end))' y1='\(y - 5)' x2='\(px(end))' y2='\(y + 5)' stroke='#1f77b4'/>"
+                }
+            }
+            out += "<circle cx='\(px(e.median))' cy='\(y)' r='4' fill='#d62728'/>"
+            out += "<text x='\(px(max(e.ci95High, e.median)) + 8)' y='\(y + 4)' fill='#555'>\(format(e.median))</text>"
+        }
+        return out + "</svg>"
     }
 }
 
@@ -91,24 +155,122 @@ func escape(_ text: String) -> String {
         .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "'", with: "&#39;")
 }
 
+/// A finding of the run, linked to the chart that shows it.
+struct Finding {
+    var text: String
+    var chart: String?
+}
+
 extension BenchReport {
-    /// A self-contained page: the summary, the charts and the full tables.
+    /// A self-contained page: the findings, a chart for every scenario, and the full tables.
     func html() -> String {
-        let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
-        let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         var body = "<h1>TimerKit backend comparison</h1>"
         body += "<p>\(escape(machine.cpu)), \(machine.cores) cores, Linux \(escape(machine.kernel)), \(escape(machine.date)). "
-        body += "Compare backends inside one run; p50 repeats between runs on a noisy machine, p99 does not.</p>"
-        body += "<h2>Which backend when</h2><ul>" + summary().map { "<li>\(escape($0))</li>" }.joined() + "</ul>"
+        body +=
+            "Every figure with a bar was measured in interleaved rounds; two figures are ranked only when their 95 % intervals do not overlap.</p>"
+        body += "<h2>Which backend when</h2><ul>"
+        body += summary().map { finding in
+            "<li>\(escape(finding.text))" + (finding.chart.map { " <a href='#\($0)'>(chart)</a>" } ?? "") + "</li>"
+        }.joined()
+        body += "</ul>"
+        for chart in charts() { body += chart }
+        body += "<h2>All figures</h2><pre>\(escape(table()))</pre>"
+        return """
+            <!doctype html><html><head><meta charset="utf-8"><title>TimerKit bench</title>
+            <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}svg{display:block;margin:1em 0}pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}</style>
+            </head><body>\(body)</body></html>
+            """
+    }
+
+    /// The figures with intervals, one chart each, in report order.
+    func intervalCharts() -> [IntervalChart] {
+        var charts: [IntervalChart] = []
+        let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
+        if !latency.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "latency", title: "latency: lateness p50 of a repeating \(format(latency[0].intervalUs)) µs timer", unit: "µs",
+                    rows: latency.map { ($0.backend, $0.p50Us) }))
+        }
+        let firstFire = results.compactMap { if case let .firstFire(r) = $0 { r } else { nil } }
+        if !firstFire.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "first-fire", title: "first-fire: lateness p50 of a fresh 1 ms one-shot", unit: "µs",
+                    rows: firstFire.map { ($0.backend, $0.p50Us) }))
+        }
+        let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
+        if let largest = throughput.map(\.timers).max() {
+            let rows = throughput.filter { $0.timers == largest }
+            for (phase, value) in [
+                ("schedule", \ThroughputResult.scheduleNsEstimate), ("reset", \ThroughputResult.resetNsEstimate),
+                ("cancel", \ThroughputResult.cancelNsEstimate),
+            ] {
+                charts.append(
+                    IntervalChart(
+                        id: "throughput-\(phase)", title: "throughput: \(phase) with \(largest) live timers", unit: "ns per \(phase)",
+                        rows: rows.map { ($0.backend, $0[keyPath: value]) }))
+            }
+        }
+        let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
+        if !fanout.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "fanout", title: "fanout: CPU per fire, \(fanout[0].timers) repeating timers at 100 ms", unit: "ns of CPU per fire",
+                    rows: fanout.map { ($0.backend, $0.cpuNsPerFireEstimate) }))
+        }
+        let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
+        if !idle.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "idle", title: "idle: wake-ups with the only timer an hour away (goal 0)",
+                    unit: "wake-ups per s above the baseline",
+                    rows: idle.map { ($0.backend, $0.wakeupsPerSecondAboveBaseline) }))
+        }
+        let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
+        if !display.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "display", title: "display: frame lateness p50, DisplayLink against a bare timerfd", unit: "µs",
+                    rows: display.map { ("\($0.refreshHz) Hz \($0.backend)", $0.latenessP50Us) }))
+        }
+        let async = results.compactMap { if case let .async(r) = $0 { r } else { nil } }
+        if !async.isEmpty {
+            charts.append(
+                IntervalChart(
+                    id: "async", title: "async: lateness p50 seen by a task on a \(format(async[0].intervalUs)) µs grid", unit: "µs",
+                    rows: async.map { ("\($0.backend) \($0.mode) (\($0.executor))", $0.p50Us) }))
+        }
+        let drift = results.compactMap { if case let .drift(r) = $0 { r } else { nil } }
+        if !drift.isEmpty {
+            // One run of every backend at once: no rounds, so dots without bars.
+            charts.append(
+                IntervalChart(
+                    id: "drift", title: "drift: lateness p50 of the first and last tenth of one long run (no rounds: no interval)",
+                    unit: "µs",
+                    rows: drift.flatMap {
+                        [
+                            ("\($0.backend) first tenth", Estimate(slices: [$0.firstTenthP50Us])),
+                            ("\($0.backend) last tenth", Estimate(slices: [$0.lastTenthP50Us])),
+                        ]
+                    }))
+        }
+        return charts
+    }
+
+    /// Every chart of the page: the figures with intervals, then the distributions.
+    func charts() -> [String] {
+        var out = intervalCharts().map { $0.svg() }
+        let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         if !latency.isEmpty {
             let chart = LineChart(
                 title: "Lateness CDF, \(format(latency[0].intervalUs)) µs repeating timer",
                 xLabel: "lateness (µs, log)", yLabel: "percentile", logX: true,
                 series: latency.map { r in (r.backend, r.cdfUs.map { (x: $0[1], y: $0[0]) }) })
-            body += chart.svg()
+            out.append(chart.svg())
         }
-        let sizes = Set(throughput.map(\.timers))
-        if sizes.count > 1 {
+        let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
+        if Set(throughput.map(\.timers)).count > 1 {
             let names = throughput.map(\.backend).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
             for (label, value) in [
                 ("schedule", \ThroughputResult.scheduleNs), ("reset", \ThroughputResult.resetNs), ("cancel", \ThroughputResult.cancelNs),
@@ -123,73 +285,48 @@ extension BenchReport {
                                 .map { (x: Double($0.timers), y: $0[keyPath: value]) }
                         )
                     })
-                body += chart.svg()
+                out.append(chart.svg())
             }
         }
-        body += "<h2>All figures</h2><pre>\(escape(table()))</pre>"
-        return """
-            <!doctype html><html><head><meta charset="utf-8"><title>TimerKit bench</title>
-            <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}svg{display:block;margin:1em 0}pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}</style>
-            </head><body>\(body)</body></html>
-            """
+        return out
     }
 
-    /// How the leader of a figure stands against the others: ranked only beyond the noise.
-    func verdicts(_ estimate: Estimate, against others: [(String, Estimate)]) -> String {
-        let ahead = others.filter { Verdict(from: estimate, to: $0.1) == .higher }.map(\.0)
-        let even = others.filter { Verdict(from: estimate, to: $0.1) == .noDifference }.map(\.0)
-        var text = ""
-        if !ahead.isEmpty { text += ", ahead of \(ahead.joined(separator: ", ")) beyond the noise" }
-        if !even.isEmpty { text += "; no measurable difference from \(even.joined(separator: ", "))" }
-        return text
-    }
-
-    /// Plain sentences drawn from the figures of this run; a backend is ranked above another
-    /// only where their 95 % intervals do not overlap.
-    func summary() -> [String] {
-        var lines: [String] = []
-        let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
-        let floor = latency.first { $0.backend == "floor" }?.latenessUs.p50
-        let backends = latency.filter { $0.backend != "floor" && !$0.backend.hasSuffix(selfCheckSuffix) }
-            .sorted { $0.p50Us.median < $1.p50Us.median }
-        if let best = backends.first {
-            var line = "Lowest latency: \(best.backend) (p50 of its slices \(interval(best.p50Us)) µs, 95 %"
-            if let floor { line += "; \(String(format: "%+.1f", best.latenessUs.p50 - floor)) µs from the bare-timerfd floor" }
-            lines.append(line + ")" + verdicts(best.p50Us, against: backends.dropFirst().map { ($0.backend, $0.p50Us) }) + ".")
-        }
-        let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
-        if let largest = throughput.map(\.timers).max() {
-            let atLargest = throughput.filter { $0.timers == largest }.sorted { $0.cancelNsEstimate.median < $1.cancelNsEstimate.median }
-            if let fastest = atLargest.first {
-                lines.append(
-                    "At \(largest) live timers, cancel is cheapest with \(fastest.backend) (\(interval(fastest.cancelNsEstimate)) ns over its batches)"
-                        + verdicts(fastest.cancelNsEstimate, against: atLargest.dropFirst().map { ($0.backend, $0.cancelNsEstimate) })
-                        + "; TimerKit backends share one scheduler, so they scale alike."
-                )
+    /// The findings of this run: for each figure with intervals, the subject with the lowest
+    /// median and how it stands against each other subject — ahead only where the 95 %
+    /// intervals do not overlap, otherwise "no measurable difference". Never from one median.
+    func summary() -> [Finding] {
+        var findings: [Finding] = []
+        for chart in intervalCharts() where chart.id != "drift" {
+            // The floor and a self-check's second label are references, not contenders.
+            let contenders = chart.rows.filter {
+                $0.label != "floor" && !$0.label.hasSuffix(selfCheckSuffix) && $0.estimate.slices.count > 1
             }
-            if let foundation = throughput.filter({ $0.backend == "foundation-raw" }).max(by: { $0.timers < $1.timers }),
-                let runloop = throughput.first(where: { $0.backend == "runloop" && $0.timers == foundation.timers })
-            {
-                lines.append(
-                    "At \(foundation.timers) timers, one Foundation Timer per timer costs \(format(foundation.cancelNs)) ns per cancel (invalidate is O(n)); the RunLoop backend \(format(runloop.cancelNs)) ns."
-                )
-            }
-        }
-        let idle = results.compactMap { if case let .idle(r) = $0 { r } else { nil } }
-        if !idle.isEmpty {
-            lines.append(
-                "Idle wake-ups above the no-backend baseline (goal 0): "
-                    + idle.map { "\($0.backend) \($0.wakeupsAboveBaseline)" }.joined(separator: ", ") + ".")
+            guard contenders.count > 1, let best = contenders.min(by: { $0.estimate.median < $1.estimate.median }) else { continue }
+            let others = contenders.filter { $0.label != best.label }
+            let ahead = others.filter { Verdict(from: best.estimate, to: $0.estimate) == .higher }.map(\.label)
+            let even = others.filter { Verdict(from: best.estimate, to: $0.estimate) == .noDifference }.map(\.label)
+            var text = "\(chart.title) — lowest: \(best.label) (\(interval(best.estimate)) \(chart.unit), \(confidenceText(best.estimate)))"
+            if !ahead.isEmpty { text += "; below \(ahead.joined(separator: ", ")) beyond the noise" }
+            if !even.isEmpty { text += "; no measurable difference from \(even.joined(separator: ", "))" }
+            findings.append(Finding(text: text + ".", chart: chart.id))
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }.filter { $0.backend == "display" }
         for r in display {
-            lines.append(
-                "DisplayLink at \(r.refreshHz) Hz: \(r.dropped) dropped of \(r.frames) frames, lateness p50 \(format(r.latenessUs.p50)) µs, thread at \(r.priority)."
-            )
+            findings.append(
+                Finding(
+                    text: "DisplayLink at \(r.refreshHz) Hz: \(r.dropped) dropped of \(r.frames) frames, thread at \(r.priority).",
+                    chart: "display"))
         }
-        lines.append(
-            "Choose by the loop your code already runs on: epoll or libevent for the lowest latency and no idle wake-ups, Dispatch for queue-based code, RunLoop for Foundation code and run-loop modes, Manual in tests."
-        )
-        return lines
+        findings.append(
+            Finding(
+                text:
+                    "Where no figure above separates them, choose by the loop your code already runs on: Dispatch for queue-based code, RunLoop for Foundation code and run-loop modes, NIO on a SwiftNIO loop, epoll or libevent for a loop of TimerKit's own, Manual in tests.",
+                chart: nil))
+        return findings
     }
+}
+
+/// "at 97.9 %": how sure an estimate's interval is.
+func confidenceText(_ estimate: Estimate) -> String {
+    String(format: "95 %% interval at %.1f %%", estimate.confidence * 100)
 }

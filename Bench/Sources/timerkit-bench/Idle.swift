@@ -1,3 +1,4 @@
+import BenchStatistics
 import CBenchSystem
 import Dispatch
 import Foundation
@@ -14,6 +15,9 @@ struct IdleResult: Codable {
     /// `wakeups` minus the same window measured with no backend alive (the bench's own
     /// leftover threads, such as parked Dispatch workers): what the backend itself added.
     var wakeupsAboveBaseline: Int
+    /// Wake-ups per second above the baseline in each round (rounds interleaved with the other
+    /// backends' and the baseline's own), their median and 95 % interval.
+    var wakeupsPerSecondAboveBaseline: Estimate
 }
 
 /// Voluntary context switches of each of the process's threads, except the calling one.
@@ -42,17 +46,30 @@ func pause(_ seconds: Double) {
     _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(seconds * 1e9)))
 }
 
-func runIdle(backends: [BenchBackend], seconds: Double) throws -> [IdleResult] {
-    progress("idle: baseline")
-    let quiet = voluntarySwitchesByThread()
-    pause(seconds)
-    let baseline = wakeups(from: quiet, to: voluntarySwitchesByThread())
-    return try eachInstance(of: backends, scenario: "idle") { backend, instance in
-        try instance.schedule(.after(.seconds(3600))) { _ in }
+/// Each backend with one timer an hour away, in `rounds` interleaved rounds of
+/// `seconds / rounds`, beside a baseline with no backend alive measured in the same rounds.
+func runIdle(backends: [BenchBackend], seconds: Double, rounds: Int) throws -> [IdleResult] {
+    let slice = seconds / Double(max(1, rounds))
+    // The baseline is the same window with no backend alive (no `make`).
+    typealias Subject = (name: String, make: (@Sendable (TimerRegistry) throws -> any TimerBackend)?)
+    let subjects: [Subject] = [("", nil)] + backends.compactMap { backend in backend.make.map { (backend.name, $0) } }
+    var counts: [String: [Int]] = [:]
+    try inRounds(subjects, rounds: max(1, rounds), scenario: "idle", name: \.name) { subject in
+        let instance = try subject.make?(TimerRegistry())
+        defer { instance?.shutdown() }
+        try instance?.schedule(.after(.seconds(3600))) { _ in }
         pause(0.2)  // let start-up and the first arming settle
         let before = voluntarySwitchesByThread()
-        pause(seconds)
-        let woke = wakeups(from: before, to: voluntarySwitchesByThread())
-        return IdleResult(backend: backend.name, seconds: seconds, wakeups: woke, wakeupsAboveBaseline: max(0, woke - baseline))
+        pause(slice)
+        counts[subject.name, default: []].append(wakeups(from: before, to: voluntarySwitchesByThread()))
+    }
+    let baseline = counts[""] ?? []
+    return backends.compactMap { backend in
+        guard let woke = counts[backend.name] else { return nil }
+        let above = zip(woke, baseline).map { max(0, $0 - $1) }
+        return IdleResult(
+            backend: backend.name, seconds: slice * Double(woke.count), wakeups: woke.reduce(0, +),
+            wakeupsAboveBaseline: above.reduce(0, +),
+            wakeupsPerSecondAboveBaseline: Estimate(slices: above.map { Double($0) / slice }))
     }
 }

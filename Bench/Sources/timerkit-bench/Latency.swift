@@ -63,8 +63,6 @@ final class LatencyRecorder: Sendable {
     }
 }
 
-/// Runs each backend in turn for slices of at most one second until each has had
-/// `seconds`, so that the machine's noise falls on every backend alike.
 /// Extra work during a latency run.
 enum Load: String, CaseIterable, Sendable {
     /// Nothing else runs.
@@ -104,13 +102,13 @@ final class CPULoad: Sendable {
     }
 }
 
-func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, load: Load = .none) throws -> [LatencyResult] {
+/// Each backend's repeating timer for `seconds`, in `rounds` interleaved slices (10 give a
+/// 95 % interval of the median from ranks 2 and 9, at 97.9 %).
+func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, rounds: Int, load: Load = .none) throws -> [LatencyResult] {
     let cpuLoad = load == .cpu ? CPULoad() : nil
     defer { cpuLoad?.stop() }
-    // Slices of half a second, so that the default 5 s gives each backend 10: enough for a
-    // 95 % interval of the median (ranks 2 and 9 of 10, at 97.9 %).
-    let slice = min(0.5, seconds)
-    let rounds = max(1, Int((seconds / slice).rounded()))
+    let rounds = max(1, rounds)
+    let slice = seconds / Double(rounds)
     var recorders: [String: LatencyRecorder] = [:]
     for backend in backends { recorders[backend.name] = LatencyRecorder() }
     for round in 0..<rounds {

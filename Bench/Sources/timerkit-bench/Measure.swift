@@ -78,3 +78,20 @@ func eachInstance<Result>(
         return try body(backend, instance)
     }
 }
+
+/// Runs `body` for every subject, `rounds` times, interleaved (A B C, B C A, C A B …): each
+/// round is one slice of every subject's measurement, in an order rotated each round, so the
+/// machine's noise falls on every subject alike and no subject always follows the same one.
+func inRounds<Subject>(
+    _ subjects: [Subject], rounds: Int, scenario: String, name: (Subject) -> String,
+    _ body: (Subject) throws -> Void
+) rethrows {
+    for round in 0..<rounds {
+        let shift = subjects.isEmpty ? 0 : round % subjects.count
+        for subject in subjects[shift...] + subjects[..<shift] {
+            progress("\(scenario): round \(round + 1)/\(rounds) \(name(subject))")
+            try body(subject)
+        }
+    }
+    progressDone()
+}

@@ -78,11 +78,11 @@ enum NIOPeer {
     /// Fan-out: `timers` fixed-delay `scheduleRepeatedTask`s of `period` with random first
     /// delays. Lateness of a run is read against the previous run plus the delay (what NIO
     /// promises), the first run's against its initial delay.
-    static func fanout(timers: Int, period: Int64, seconds: Double) throws -> FanoutResult {
+    static func fanout(timers: Int, period: Int64, seconds: Double, into tally: FanoutTally) throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
         addNIOBackgroundTasks(to: loop)
-        let recorder = LatencyRecorder()
+        let recorder = tally.recorder
         let start = MonotonicInstant.now().nanoseconds + 50_000_000
         for _ in 0..<timers {
             let first = start + UInt64.random(in: 0..<UInt64(period))
@@ -95,7 +95,7 @@ enum NIOPeer {
                 due.value = now + UInt64(period)
             }
         }
-        return measureFanout(backend: name, timers: timers, tolerance: .zero, seconds: seconds, recorder: recorder) {
+        measureFanoutSlice(seconds: seconds, into: tally) {
             try? group.syncShutdownGracefully()
         }
     }

@@ -1,5 +1,6 @@
 import BenchStatistics
 import Foundation
+import TimerKitEpoll
 
 /// What the machine was, so figures from different machines are not compared blindly.
 struct MachineInfo: Codable {
@@ -16,6 +17,22 @@ struct MachineInfo: Codable {
     /// /proc/loadavg's 1-minute figure when the run began and when it ended.
     var loadAverageBefore: Double
     var loadAverageAfter: Double
+    /// What a thread asking for SCHED_FIFO 80 got (the display floor's and vsync thread's
+    /// request): "SCHED_FIFO 80" where permitted, else the fallback and why.
+    var realtimePriority: String
+
+    /// Asks for SCHED_FIFO 80 on a short-lived thread and says what it got.
+    static func realtimePriorityGranted() -> String {
+        let obtained = Locked("")
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let priority = ThreadPriority.realtime(80).applyToCurrentThread()
+            obtained.withLock { $0 = priority.description }
+            done.signal()
+        }
+        done.wait()
+        return obtained.current
+    }
 
     /// The 1-minute load average now.
     static func loadAverage() -> Double {
@@ -49,7 +66,7 @@ struct MachineInfo: Codable {
             hostname: ProcessInfo.processInfo.hostName, cpu: model,
             cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel,
             date: ISO8601DateFormatter().string(from: Date()), clockSource: clockSource, build: build, compiler: compiler,
-            loadAverageBefore: loadAverageBefore, loadAverageAfter: loadAverage())
+            loadAverageBefore: loadAverageBefore, loadAverageAfter: loadAverage(), realtimePriority: realtimePriorityGranted())
     }
 }
 
@@ -148,11 +165,11 @@ struct BenchReport: Encodable {
         if !firstFire.isEmpty {
             out += "\nfirst-fire: lateness of the only fire of a fresh 1 ms one-shot (µs)\n"
             out += aligned(
-                [["backend", "samples", "p50", "p90", "p99", "max"]]
+                [["backend", "samples", "p50", "rounds' p50, 95 %", "p90", "p99", "max"]]
                     + firstFire.map { r in
                         [
-                            r.backend, "\(r.samples)", format(r.latenessUs.p50), format(r.latenessUs.p90), format(r.latenessUs.p99),
-                            format(r.latenessUs.max),
+                            r.backend, "\(r.samples)", format(r.latenessUs.p50), interval(r.p50Us), format(r.latenessUs.p90),
+                            format(r.latenessUs.p99), format(r.latenessUs.max),
                         ]
                     })
         }
@@ -174,13 +191,15 @@ struct BenchReport: Encodable {
             out += aligned(
                 [
                     [
-                        "backend", "tolerance µs", "fires", "CPU ns/fire", "peak fires/ms", "late p50 µs", "late p99 µs", "late max µs",
+                        "backend", "tolerance µs", "fires", "CPU ns/fire", "rounds' CPU ns/fire, 95 %", "peak fires/ms", "late p50 µs",
+                        "late p99 µs", "late max µs",
                         "max − tolerance",
                     ]
                 ]
                     + fanout.map { r in
                         [
-                            r.backend, format(r.toleranceUs), "\(r.fires)", format(r.cpuNsPerFire), format(r.peakFiresPerMs),
+                            r.backend, format(r.toleranceUs), "\(r.fires)", format(r.cpuNsPerFire), interval(r.cpuNsPerFireEstimate),
+                            format(r.peakFiresPerMs),
                             format(r.latenessUs.p50), format(r.latenessUs.p99), format(r.latenessUs.max),
                             format(r.maxLatenessOverToleranceUs),
                         ]
@@ -190,21 +209,29 @@ struct BenchReport: Encodable {
         if !idle.isEmpty {
             out += "\nidle: wake-ups while the only timer is an hour away (goal 0 above the no-backend baseline)\n"
             out += aligned(
-                [["backend", "seconds", "wake-ups", "above baseline"]]
+                [["backend", "seconds", "wake-ups", "above baseline", "rounds' above baseline per s, 95 %"]]
                     + idle.map {
-                        [$0.backend, format($0.seconds), "\($0.wakeups)", "\($0.wakeupsAboveBaseline)"]
+                        [
+                            $0.backend, format($0.seconds), "\($0.wakeups)", "\($0.wakeupsAboveBaseline)",
+                            interval($0.wakeupsPerSecondAboveBaseline),
+                        ]
                     })
         }
         let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
         if !display.isEmpty {
             out += "\ndisplay: a full-rate DisplayLink vs a bare timerfd at the same period and priority (µs)\n"
             out += aligned(
-                [["rate", "source", "frames", "dropped", "jitter p50", "jitter p99", "late p50", "late p99", "priority"]]
+                [
+                    [
+                        "rate", "source", "frames", "dropped", "jitter p50", "jitter p99", "late p50", "rounds' late p50, 95 %", "late p99",
+                        "priority",
+                    ]
+                ]
                     + display.map { r in
                         [
                             "\(r.refreshHz) Hz", r.backend, "\(r.frames)", "\(r.dropped)", format(r.jitterUs.p50),
                             format(r.jitterUs.p99),
-                            format(r.latenessUs.p50), format(r.latenessUs.p99), r.priority,
+                            format(r.latenessUs.p50), interval(r.latenessP50Us), format(r.latenessUs.p99), r.priority,
                         ]
                     })
         }
@@ -216,10 +243,16 @@ struct BenchReport: Encodable {
             out += async[0].floorP50Us.map { "; the timerfd floor's p50 was \(format($0))" } ?? ""
             out += ")\n"
             out += aligned(
-                [["backend", "mode", "executor", "samples", "p50", "p90", "p99", "max", "callback p50", "p50 − callback"]]
+                [
+                    [
+                        "backend", "mode", "executor", "samples", "p50", "rounds' p50, 95 %", "p90", "p99", "max", "callback p50",
+                        "p50 − callback",
+                    ]
+                ]
                     + async.map { r in
                         [
-                            r.backend, r.mode, r.executor, "\(r.samples)", format(r.latenessUs.p50), format(r.latenessUs.p90),
+                            r.backend, r.mode, r.executor, "\(r.samples)", format(r.latenessUs.p50), interval(r.p50Us),
+                            format(r.latenessUs.p90),
                             format(r.latenessUs.p99),
                             format(r.latenessUs.max), r.callbackP50Us.map(format) ?? "-",
                             r.callbackP50Us.map { String(format: "%+.1f", r.latenessUs.p50 - $0) } ?? "-",

@@ -107,3 +107,28 @@ extension EstimateTests {
         #expect(SavedRun(json: Data("[1, 2]".utf8)) == nil)
     }
 }
+
+extension EstimateTests {
+    @Test func aSavedRunComparesEveryScenarioThatHasRounds() throws {
+        let estimate = #"{"median": 0, "ci95_low": 0, "ci95_high": 0, "confidence": 0, "slices": [1, 2, 3]}"#
+        let single = #"{"median": 0, "ci95_low": 0, "ci95_high": 0, "confidence": 0, "slices": [1]}"#
+        let json = """
+            {"machine": {}, "results": [
+              {"scenario": "first-fire", "backend": "epoll", "p50_us": \(estimate)},
+              {"scenario": "fanout", "backend": "libevent", "tolerance_us": 0, "jitter_us": 0, "herd": true, "cpu_ns_per_fire_estimate": \(estimate)},
+              {"scenario": "idle", "backend": "dispatch", "wakeups_per_second_above_baseline": \(estimate)},
+              {"scenario": "display", "backend": "floor", "refresh_hz": 60, "lateness_p50_us": \(estimate)},
+              {"scenario": "async", "backend": "nio", "mode": "ticks", "executor": "loop", "p50_us": \(estimate)},
+              {"scenario": "first-fire", "backend": "runloop", "p50_us": \(single)},
+              {"scenario": "drift", "backend": "epoll", "first_tenth_p50_us": 1}]}
+            """
+        let run = try #require(SavedRun(json: Data(json.utf8)))
+        #expect(
+            run.figures.keys.sorted() == [
+                "async nio ticks on loop p50 µs", "display 60 Hz floor lateness p50 µs",
+                "fanout libevent (tolerance 0.0 µs, jitter 0.0 µs, herd) CPU ns per fire", "first-fire epoll p50 µs",
+                "idle dispatch wake-ups per s above baseline",
+            ], "one slice gives no interval, and drift has none")
+        #expect(run.figures["first-fire epoll p50 µs"]?.median == 2, "recomputed from the slices, not read")
+    }
+}

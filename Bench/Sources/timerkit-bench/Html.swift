@@ -296,7 +296,8 @@ extension BenchReport {
     /// intervals do not overlap, otherwise "no measurable difference". Never from one median.
     func summary() -> [Finding] {
         var findings: [Finding] = []
-        for chart in intervalCharts() where chart.id != "drift" {
+        // Drift has no intervals; display compares each rate with its own floor, below.
+        for chart in intervalCharts() where chart.id != "drift" && chart.id != "display" {
             // The floor and a self-check's second label are references, not contenders.
             let contenders = chart.rows.filter {
                 $0.label != "floor" && !$0.label.hasSuffix(selfCheckSuffix) && $0.estimate.slices.count > 1
@@ -310,12 +311,22 @@ extension BenchReport {
             if !even.isEmpty { text += "; no measurable difference from \(even.joined(separator: ", "))" }
             findings.append(Finding(text: text + ".", chart: chart.id))
         }
-        let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }.filter { $0.backend == "display" }
-        for r in display {
-            findings.append(
-                Finding(
-                    text: "DisplayLink at \(r.refreshHz) Hz: \(r.dropped) dropped of \(r.frames) frames, thread at \(r.priority).",
-                    chart: "display"))
+        let display = results.compactMap { if case let .display(r) = $0 { r } else { nil } }
+        for link in display where link.backend == "display" {
+            var text = "DisplayLink at \(link.refreshHz) Hz: \(link.dropped) dropped of \(link.frames) frames, thread at \(link.priority)"
+            if let floor = display.first(where: { $0.backend == "floor" && $0.refreshHz == link.refreshHz }),
+                link.latenessP50Us.slices.count > 1, floor.latenessP50Us.slices.count > 1
+            {
+                let verdict: String =
+                    switch Verdict(from: floor.latenessP50Us, to: link.latenessP50Us) {
+                    case .noDifference: "no measurable difference"
+                    case .higher: "later beyond the noise"
+                    case .lower: "earlier beyond the noise"
+                    }
+                text +=
+                    "; lateness p50 \(interval(link.latenessP50Us)) µs against a bare timerfd's \(interval(floor.latenessP50Us)) µs: \(verdict)"
+            }
+            findings.append(Finding(text: text + ".", chart: "display"))
         }
         findings.append(
             Finding(

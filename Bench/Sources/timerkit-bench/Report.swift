@@ -153,9 +153,9 @@ struct BenchReport: Encodable {
                     + throughput.map { r in
                         [
                             r.backend, "\(r.timers)",
-                            "\(format(r.scheduleNs)) ±\(format(r.scheduleNsEstimate.halfWidth)) [\(format(r.scheduleNsP99))]",
-                            "\(format(r.resetNs)) ±\(format(r.resetNsEstimate.halfWidth)) [\(format(r.resetNsP99))]",
-                            "\(format(r.cancelNs)) ±\(format(r.cancelNsEstimate.halfWidth)) [\(format(r.cancelNsP99))]",
+                            "\(format(r.scheduleNs)) \(plusMinus(r.scheduleNsEstimate)) [\(format(r.scheduleNsP99))]",
+                            "\(format(r.resetNs)) \(plusMinus(r.resetNsEstimate)) [\(format(r.resetNsP99))]",
+                            "\(format(r.cancelNs)) \(plusMinus(r.cancelNsEstimate)) [\(format(r.cancelNsP99))]",
                             format(r.bytesPerTimer),
                             format(r.heapBytesPerTimer),
                         ]
@@ -277,6 +277,11 @@ func aligned(_ rows: [[String]]) -> String {
             return c == 0 ? cell + pad : pad + cell
         }.joined(separator: "  ")
     }.joined(separator: "\n") + "\n"
+}
+
+/// "±x", half an estimate's 95 % interval, or "(1 batch)" when one slice gives no interval.
+func plusMinus(_ estimate: Estimate) -> String {
+    estimate.slices.count < 2 ? "(1 batch)" : "±\(format(estimate.halfWidth))"
 }
 
 /// "median [low, high]" of an estimate's slices.

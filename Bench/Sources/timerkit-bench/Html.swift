@@ -92,8 +92,10 @@ struct IntervalChart {
     func svg(width: Double = 760) -> String {
         let (left, right, top, rowHeight) = (230.0, 60.0, 36.0, 20.0)
         let height = top + Double(rows.count) * rowHeight + 40
-        let high = rows.map { max($0.estimate.ci95High, $0.estimate.median) }.max() ?? 0
-        guard !rows.isEmpty, high > 0 else { return "" }
+        guard !rows.isEmpty else { return "" }
+        // All zero (no idle wake-ups, say) is still a chart: an axis from 0 to 1.
+        let highest = rows.map { max($0.estimate.ci95High, $0.estimate.median) }.max() ?? 0
+        let high = highest > 0 ? highest : 1
         // Figures that differ by more than 30 times (a raw peer far from the rest) on a log
         // axis, so that the others' bars stay readable.
         let low = rows.map { min($0.estimate.ci95Low, $0.estimate.median) }.filter { $0 > 0 }.min() ?? high

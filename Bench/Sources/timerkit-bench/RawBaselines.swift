@@ -2,123 +2,181 @@ import CLibevent
 import Dispatch
 import Foundation
 import NIOCore
+import NIOPosix
 import TimerKit
+
+/// One subject of a throughput run, operated on one timer at a time so that every subject's
+/// batches can take turns: schedule timer `i` after `delays[i]`, reset it to a later deadline
+/// (an idle timeout moved on a read), cancel it.
+protocol ThroughputSubject: AnyObject {
+    var name: String { get }
+    func schedule(_ i: Int) throws
+    func reset(_ i: Int) throws
+    func cancel(_ i: Int) throws
+    /// Frees what is left (every timer has been cancelled by then).
+    func finish()
+}
+
+/// A TimerKit backend through its public API.
+final class TimerKitSubject: ThroughputSubject {
+    let name: String
+    private let instance: any TimerBackend
+    private let delays: [Duration]
+    private var handles: [TimerHandle?]
+
+    init(name: String, instance: any TimerBackend, delays: [Duration]) {
+        self.name = name
+        self.instance = instance
+        self.delays = delays
+        handles = Array(repeating: nil, count: delays.count)
+    }
+
+    func schedule(_ i: Int) throws { handles[i] = try instance.schedule(.after(delays[i])) { _ in } }
+    func reset(_ i: Int) throws { try handles[i]?.reschedule(.after(delays[i] + resetPush)) }
+    func cancel(_ i: Int) { handles[i]?.cancel() }
+    func finish() {
+        instance.shutdown()
+        handles = []
+    }
+}
 
 /// Throughput baselines with no TimerKit code: each native mechanism used the naive way,
 /// one native timer per user timer, so a reader sees what the shared scheduler adds or saves.
-/// Each returns its batches of ns per schedule, reset (moving a waiting timer to a later
-/// deadline, the native way) and cancel; memory is measured by the caller.
 struct RawBaseline: Sendable {
     let name: String
     /// The most timers it is run with (one Foundation Timer per timer cancels in O(n)).
     let maxTimers: Int
-    let run: @Sendable (_ delays: [Duration], _ order: RunOrder, _ batch: Int, _ atPeak: () -> Void) throws -> PhaseTimings
+    let make: @Sendable (_ delays: [Duration]) throws -> any ThroughputSubject
 }
 
 let rawBaselines: [RawBaseline] = [
-    RawBaseline(name: "libevent-raw", maxTimers: 10_000_000) { delays, order, batch, atPeak in
-        evthread_use_pthreads()
-        guard let base = event_base_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new") }
-        defer { event_base_free(base) }
-        var events = [OpaquePointer?](repeating: nil, count: delays.count)
-        func timeout(_ delay: Duration) -> timeval {
-            let ns = delay.wholeNanoseconds
-            return timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
-        }
-        let schedule = try timeBatches(delays.count, batch) { i in
-            var after = timeout(delays[i])
-            guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &after) == 0 else {
-                throw TimerError.nativeFailure(backend: "libevent", call: "event_new/event_add")
-            }
-            events[i] = event
-        }
-        atPeak()
-        // event_add on a pending event moves it: libevent's own reset.
-        let reset = try timeBatches(order.reset.count, batch) { i in
-            let index = order.reset[i]
-            var after = timeout(delays[index] + resetPush)
-            guard let event = events[index], event_add(event, &after) == 0 else {
-                throw TimerError.nativeFailure(backend: "libevent", call: "event_add")
-            }
-        }
-        let cancel = try timeBatches(order.cancel.count, batch) { i in
-            guard let event = events[order.cancel[i]] else { return }
-            event_del(event)
-            event_free(event)
-        }
-        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
-    },
-    RawBaseline(name: NIOPeer.name, maxTimers: 10_000_000) { delays, order, batch, atPeak in
-        // From a thread other than the loop's, as a server's code on another loop would.
-        try NIOPeer.withLoop { loop in
-            var tasks: [Scheduled<Void>?] = Array(repeating: nil, count: delays.count)
-            let schedule = try timeBatches(delays.count, batch) { i in
-                tasks[i] = loop.scheduleTask(in: .nanoseconds(delays[i].wholeNanoseconds)) {}
-            }
-            atPeak()
-            // NIO has no reset: cancel and schedule again, as an idle-state handler does.
-            let reset = try timeBatches(order.reset.count, batch) { i in
-                let index = order.reset[i]
-                tasks[index]?.cancel()
-                tasks[index] = loop.scheduleTask(in: .nanoseconds((delays[index] + resetPush).wholeNanoseconds)) {}
-            }
-            let cancel = try timeBatches(order.cancel.count, batch) { i in tasks[order.cancel[i]]?.cancel() }
-            return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
-        }
-    },
-    RawBaseline(name: "dispatch-raw", maxTimers: 1_000_000) { delays, order, batch, atPeak in
-        let queue = DispatchQueue(label: "raw")
-        let sources = Locked<[DispatchSourceTimer?]>(Array(repeating: nil, count: delays.count))
-        let schedule = try timeBatches(delays.count, batch) { i in
-            let source = DispatchSource.makeTimerSource(queue: queue)
-            source.schedule(deadline: .now() + .nanoseconds(Int(delays[i].wholeNanoseconds)))
-            source.setEventHandler {}
-            source.activate()
-            sources.withLock { $0[i] = source }
-        }
-        atPeak()
-        let reset = try timeBatches(order.reset.count, batch) { i in
-            let index = order.reset[i]
-            sources.withLock { $0[index] }?.schedule(deadline: .now() + .nanoseconds(Int((delays[index] + resetPush).wholeNanoseconds)))
-        }
-        let cancel = try timeBatches(order.cancel.count, batch) { i in
-            sources.withLock { $0[order.cancel[i]] }?.cancel()
-        }
-        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
-    },
-    RawBaseline(name: "foundation-raw", maxTimers: 20_000) { delays, order, batch, atPeak in
-        // On a run loop that is not running: this measures add and invalidate only.
-        let loop = RunLoop.current
-        var timers: [Timer?] = Array(repeating: nil, count: delays.count)
-        let schedule = try timeBatches(delays.count, batch) { i in
-            let timer = Timer(
-                fire: Date(timeIntervalSinceNow: Double(delays[i].wholeNanoseconds) / 1e9),
-                interval: 0, repeats: false
-            ) { _ in }
-            loop.add(timer, forMode: .default)
-            timers[i] = timer
-        }
-        atPeak()
-        let reset = try timeBatches(order.reset.count, batch) { i in
-            let index = order.reset[i]
-            timers[index]?.fireDate = Date(timeIntervalSinceNow: Double((delays[index] + resetPush).wholeNanoseconds) / 1e9)
-        }
-        let cancel = try timeBatches(order.cancel.count, batch) { i in timers[order.cancel[i]]?.invalidate() }
-        return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
-    },
+    RawBaseline(name: "libevent-raw", maxTimers: 10_000_000) { try LibeventRawSubject(delays: $0) },
+    RawBaseline(name: NIOPeer.name, maxTimers: 10_000_000) { NIORawSubject(delays: $0) },
+    RawBaseline(name: "dispatch-raw", maxTimers: 1_000_000) { DispatchRawSubject(delays: $0) },
+    RawBaseline(name: "foundation-raw", maxTimers: 20_000) { FoundationRawSubject(delays: $0) },
 ]
 
-/// Runs `body(i)` for every i, timing each batch of `batch`: ns per operation per batch.
-func timeBatches(_ count: Int, _ batch: Int, _ body: (Int) throws -> Void) throws -> [Double] {
-    var batches: [Double] = []
-    batches.reserveCapacity(count / batch + 1)
-    var index = 0
-    while index < count {
-        let end = min(index + batch, count)
-        let start = MonotonicInstant.now()
-        for i in index..<end { try body(i) }
-        batches.append(nanoseconds(since: start) / Double(end - index))
-        index = end
+/// One libevent `event` per timer on a base nobody runs; `event_add` on a pending event moves
+/// it: libevent's own reset.
+final class LibeventRawSubject: ThroughputSubject {
+    let name = "libevent-raw"
+    private let base: OpaquePointer
+    private let delays: [Duration]
+    private var events: [OpaquePointer?]
+
+    init(delays: [Duration]) throws {
+        evthread_use_pthreads()
+        guard let base = event_base_new() else { throw TimerError.nativeFailure(backend: "libevent", call: "event_base_new") }
+        self.base = base
+        self.delays = delays
+        events = Array(repeating: nil, count: delays.count)
     }
-    return batches
+
+    private func timeout(_ delay: Duration) -> timeval {
+        let ns = delay.wholeNanoseconds
+        return timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int(ns % 1_000_000_000 / 1000))
+    }
+
+    func schedule(_ i: Int) throws {
+        var after = timeout(delays[i])
+        guard let event = event_new(base, -1, 0, { _, _, _ in }, nil), event_add(event, &after) == 0 else {
+            throw TimerError.nativeFailure(backend: "libevent", call: "event_new/event_add")
+        }
+        events[i] = event
+    }
+
+    func reset(_ i: Int) throws {
+        var after = timeout(delays[i] + resetPush)
+        guard let event = events[i], event_add(event, &after) == 0 else {
+            throw TimerError.nativeFailure(backend: "libevent", call: "event_add")
+        }
+    }
+
+    func cancel(_ i: Int) {
+        guard let event = events[i] else { return }
+        event_del(event)
+        event_free(event)
+        events[i] = nil
+    }
+
+    func finish() {
+        for event in events { event.map { event_free($0) } }
+        events = []
+        event_base_free(base)
+    }
+}
+
+/// NIO's `scheduleTask` per timer, from a thread other than the loop's, as a server's code on
+/// another loop would. NIO has no reset: cancel and schedule again, as an idle-state handler does.
+final class NIORawSubject: ThroughputSubject {
+    let name = NIOPeer.name
+    private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    private let loop: any EventLoop
+    private let delays: [Duration]
+    private var tasks: [Scheduled<Void>?]
+
+    init(delays: [Duration]) {
+        loop = group.next()
+        addNIOBackgroundTasks(to: loop)
+        self.delays = delays
+        tasks = Array(repeating: nil, count: delays.count)
+    }
+
+    func schedule(_ i: Int) { tasks[i] = loop.scheduleTask(in: .nanoseconds(delays[i].wholeNanoseconds)) {} }
+    func reset(_ i: Int) {
+        tasks[i]?.cancel()
+        tasks[i] = loop.scheduleTask(in: .nanoseconds((delays[i] + resetPush).wholeNanoseconds)) {}
+    }
+    func cancel(_ i: Int) { tasks[i]?.cancel() }
+    func finish() {
+        tasks = []
+        try? group.syncShutdownGracefully()
+    }
+}
+
+/// A `DispatchSourceTimer` per timer on one serial queue; a reset is its `schedule` again.
+final class DispatchRawSubject: ThroughputSubject {
+    let name = "dispatch-raw"
+    private let queue = DispatchQueue(label: "raw")
+    private let delays: [Duration]
+    private var sources: [DispatchSourceTimer?]
+
+    init(delays: [Duration]) {
+        self.delays = delays
+        sources = Array(repeating: nil, count: delays.count)
+    }
+
+    func schedule(_ i: Int) {
+        let source = DispatchSource.makeTimerSource(queue: queue)
+        source.schedule(deadline: .now() + .nanoseconds(Int(delays[i].wholeNanoseconds)))
+        source.setEventHandler {}
+        source.activate()
+        sources[i] = source
+    }
+    func reset(_ i: Int) { sources[i]?.schedule(deadline: .now() + .nanoseconds(Int((delays[i] + resetPush).wholeNanoseconds))) }
+    func cancel(_ i: Int) { sources[i]?.cancel() }
+    func finish() { sources = [] }
+}
+
+/// A Foundation `Timer` per timer on a run loop that is not running: add, move and
+/// invalidate only.
+final class FoundationRawSubject: ThroughputSubject {
+    let name = "foundation-raw"
+    private let loop = RunLoop.current
+    private let delays: [Duration]
+    private var timers: [Timer?]
+
+    init(delays: [Duration]) {
+        self.delays = delays
+        timers = Array(repeating: nil, count: delays.count)
+    }
+
+    func schedule(_ i: Int) {
+        let timer = Timer(fire: Date(timeIntervalSinceNow: Double(delays[i].wholeNanoseconds) / 1e9), interval: 0, repeats: false) { _ in }
+        loop.add(timer, forMode: .default)
+        timers[i] = timer
+    }
+    func reset(_ i: Int) { timers[i]?.fireDate = Date(timeIntervalSinceNow: Double((delays[i] + resetPush).wholeNanoseconds) / 1e9) }
+    func cancel(_ i: Int) { timers[i]?.invalidate() }
+    func finish() { timers = [] }
 }

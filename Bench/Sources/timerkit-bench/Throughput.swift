@@ -59,15 +59,18 @@ struct PhaseTimings {
 /// How far a reset moves a deadline: past every deadline of the run, so each reset is later.
 let resetPush: Duration = .seconds(60)
 
+/// Every subject (the TimerKit backends, then the raw baselines) holds `count` timers at once,
+/// and the subjects take turns batch by batch — schedule batch k of each, in an order rotated
+/// every batch, then the resets, then the cancels — so the machine's noise falls on all of
+/// them alike. Memory is the growth of the process's RSS and allocator use across each
+/// subject's own schedule batches.
 func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool = true) throws -> [ThroughputResult] {
     var rng = SystemRandomNumberGenerator()
     // The workload is made before any measurement so its memory is not counted.
     let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 60_000_000_000...120_000_000_000, using: &rng)) }
     let resetOrder = Array(0..<count).shuffled(using: &rng)
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
-    let order = RunOrder(reset: resetOrder, cancel: cancelOrder)
     let batch = 1000
-    var results: [ThroughputResult] = []
     // An unmeasured pass first: the first subject in a process otherwise pays one-off costs
     // (the allocator growing its arenas, the kernel faulting them in) that later ones do not.
     do {
@@ -77,68 +80,52 @@ func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool
         for i in cancelOrder { handles[i].cancel() }
         warmUp.shutdown()
     }
-    for backend in backends {
-        guard let make = backend.make else { continue }
-        progress("throughput: \(backend.name) \(count) timers")
-        let instance = try make(TimerRegistry())
-        var handles: [TimerHandle?] = Array(repeating: nil, count: count)
-
-        results.append(
-            try measure(backend.name, count) { atPeak in
-                let schedule = try timeBatches(count, batch) { i in
-                    handles[i] = try instance.schedule(.after(delays[i])) { _ in }
-                }
-                atPeak()
-                let reset = try timeBatches(count, batch) { i in
-                    let index = resetOrder[i]
-                    try handles[index]?.reschedule(.after(delays[index] + resetPush))
-                }
-                let cancel = try timeBatches(count, batch) { i in handles[cancelOrder[i]]?.cancel() }
-                instance.shutdown()
-                return PhaseTimings(schedule: schedule, reset: reset, cancel: cancel)
-            })
-        handles = []
-    }
-    for baseline in rawBaselines where includeRaw && count <= baseline.maxTimers {
-        progress("throughput: \(baseline.name) \(count) timers")
-        results.append(try measure(baseline.name, count) { atPeak in try baseline.run(delays, order, batch, atPeak) })
-    }
-    progressDone()
-    return results
-}
-
-/// The random orders in which a throughput run resets and cancels its timers.
-struct RunOrder: Sendable {
-    let reset: [Int]
-    let cancel: [Int]
-}
-
-/// Runs one subject from a trimmed heap, as a fresh process would start: `run` times its
-/// schedules, resets and cancels in batches and calls `atPeak` after scheduling, when memory
-/// is read.
-func measure(
-    _ name: String, _ count: Int,
-    _ run: (_ atPeak: () -> Void) throws -> PhaseTimings
-) throws -> ThroughputResult {
     releaseFreeMemory()
-    let rssBefore = residentBytes()
-    let heapBefore = heapBytesInUse()
-    var rssAfter = rssBefore
-    var heapAfter = heapBefore
-    let timings = try run {
-        rssAfter = residentBytes()
-        heapAfter = heapBytesInUse()
+    var subjects: [any ThroughputSubject] = try backends.compactMap { backend in
+        try backend.make.map { TimerKitSubject(name: backend.name, instance: try $0(TimerRegistry()), delays: delays) }
     }
-    return ThroughputResult(
-        backend: name, timers: count,
-        scheduleNs: median(timings.schedule), resetNs: median(timings.reset), cancelNs: median(timings.cancel),
-        scheduleNsP99: quantile(timings.schedule, 0.99), resetNsP99: quantile(timings.reset, 0.99),
-        cancelNsP99: quantile(timings.cancel, 0.99),
-        scheduleNsMean: mean(timings.schedule), resetNsMean: mean(timings.reset), cancelNsMean: mean(timings.cancel),
-        scheduleNsEstimate: Estimate(slices: timings.schedule), resetNsEstimate: Estimate(slices: timings.reset),
-        cancelNsEstimate: Estimate(slices: timings.cancel),
-        bytesPerTimer: Double(rssAfter - rssBefore) / Double(count),
-        heapBytesPerTimer: Double(heapAfter - heapBefore) / Double(count))
+    if includeRaw { subjects += try rawBaselines.filter { count <= $0.maxTimers }.map { try $0.make(delays) } }
+    var timings = [PhaseTimings](repeating: PhaseTimings(schedule: [], reset: [], cancel: []), count: subjects.count)
+    var rssGrowth = [Int](repeating: 0, count: subjects.count)
+    var heapGrowth = [Int](repeating: 0, count: subjects.count)
+    let batches = (count + batch - 1) / batch
+    for (phase, path) in [("schedule", \PhaseTimings.schedule), ("reset", \PhaseTimings.reset), ("cancel", \PhaseTimings.cancel)] {
+        for k in 0..<batches {
+            if k % 100 == 0 { progress("throughput: \(count) timers, \(phase) batch \(k + 1)/\(batches)") }
+            let range = k * batch..<min((k + 1) * batch, count)
+            let shift = k % subjects.count
+            for s in Array(shift..<subjects.count) + Array(0..<shift) {
+                let subject = subjects[s]
+                let (rssBefore, heapBefore) = phase == "schedule" ? (residentBytes(), heapBytesInUse()) : (0, 0)
+                let start = MonotonicInstant.now()
+                switch phase {
+                case "schedule": for i in range { try subject.schedule(i) }
+                case "reset": for i in range { try subject.reset(resetOrder[i]) }
+                default: for i in range { try subject.cancel(cancelOrder[i]) }
+                }
+                timings[s][keyPath: path].append(nanoseconds(since: start) / Double(range.count))
+                if phase == "schedule" {
+                    rssGrowth[s] += residentBytes() - rssBefore
+                    heapGrowth[s] += heapBytesInUse() - heapBefore
+                }
+            }
+        }
+    }
+    let names = subjects.map(\.name)
+    for subject in subjects { subject.finish() }
+    subjects = []
+    progressDone()
+    return timings.indices.map { s in
+        let t = timings[s]
+        return ThroughputResult(
+            backend: names[s], timers: count,
+            scheduleNs: median(t.schedule), resetNs: median(t.reset), cancelNs: median(t.cancel),
+            scheduleNsP99: quantile(t.schedule, 0.99), resetNsP99: quantile(t.reset, 0.99), cancelNsP99: quantile(t.cancel, 0.99),
+            scheduleNsMean: mean(t.schedule), resetNsMean: mean(t.reset), cancelNsMean: mean(t.cancel),
+            scheduleNsEstimate: Estimate(slices: t.schedule), resetNsEstimate: Estimate(slices: t.reset),
+            cancelNsEstimate: Estimate(slices: t.cancel),
+            bytesPerTimer: Double(rssGrowth[s]) / Double(count), heapBytesPerTimer: Double(heapGrowth[s]) / Double(count))
+    }
 }
 
 func nanoseconds(since start: MonotonicInstant) -> Double {

@@ -399,15 +399,17 @@ extension ConformanceTests {
             defer { h.shutdown() }
             let backend = h.backend
             let fires = Locked(0)
-            let timer = try backend.schedule(.every(ms(2), count: 5)) { _ in fires.withLock { $0 += 1 } }
-            let yields = await Task(executorPreference: backend.taskExecutor) {
+            let (yields, timer) = try await Task(executorPreference: backend.taskExecutor) {
+                // Scheduled from the task, on the loop: no tick can fire before the first yield
+                // (on a busy machine a task started late found all five fired already).
+                let timer = try backend.schedule(.every(ms(2), count: 5)) { _ in fires.withLock { $0 += 1 } }
                 var yields = 0
                 // Ends only if the timer gets to fire in between the yields.
                 while fires.current < 5 {
                     await Task.yield()
                     yields += 1
                 }
-                return yields
+                return (yields, timer)
             }.value
             #expect(yields > 0)
             #expect(timer.currentState == .finished || h.waitUntil { timer.currentState == .finished })

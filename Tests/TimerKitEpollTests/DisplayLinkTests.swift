@@ -203,7 +203,9 @@ struct DisplayLinkTests {
         #expect(waitFor { log.count >= 3 })
         let switches = try #require(voluntarySwitches(threadID: source.threadID)) - before
         link.invalidate()
-        #expect(switches <= 6, "the vsync thread slept \(switches) times for 2 frames")
+        // Waking for every vsync would be ~100 switches over these two frames; a few more than the
+        // frames come from waits on locks, more of them under TSan on a busy machine.
+        #expect(switches < 50, "the vsync thread slept \(switches) times for 2 frames")
         #expect(source.wakeUps - wakeUpsBefore <= 3)
         #expect(link.statistics.framesDropped == 0)
     }

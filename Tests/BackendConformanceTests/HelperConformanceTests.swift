@@ -63,10 +63,14 @@ extension ConformanceTests {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
-            await #expect(throws: TimeoutError.self) {
-                try await h.drive {
-                    try await withTimeout(ms(50), on: backend, name: "limit") { try await backend.clock.sleep(for: .seconds(3600)) }
+            for _ in 0..<5 {
+                await #expect(throws: TimeoutError.self) {
+                    try await h.drive {
+                        try await withTimeout(ms(20), on: backend, name: "limit") { try await backend.clock.sleep(for: .seconds(3600)) }
+                    }
                 }
+                // At once, not eventually: the fired limit's timer has left the registry when it throws.
+                #expect(h.registry.timer(named: "limit") == nil, "the limit's timer is gone when withTimeout throws")
             }
             #expect(await waitForAsync { h.registry.count == 0 }, "nothing left registered")
             let value = try await h.drive { try await withTimeout(.seconds(3600), on: backend) { 7 } }

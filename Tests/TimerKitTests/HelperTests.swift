@@ -305,6 +305,32 @@ struct HelperTests {
         #expect(runs.times == [0, 100, 200, 400])
     }
 
+    @Test(arguments: [Throttler.Edge.leading, .both])
+    func aLateLeadingRunStillKeepsTheNextRunAnIntervalAway(_ edge: Throttler.Edge) throws {
+        let clock = ManualBackend(registry: TimerRegistry())
+        defer { clock.shutdown() }
+        let runs = Runs(clock)
+        let throttler = try Throttler(every: ms(100), edge: edge, on: clock)
+        try throttler.call(runs.work("a"))
+        clock.stall(for: ms(80))  // the loop is busy: the leading run comes 80 ms late
+        clock.runDue()
+        #expect(runs.times == [80])
+        at(100, clock, runs)
+        try throttler.call(runs.work("b"))
+        at(179, clock, runs)
+        #expect(runs.labels == ["a"], "the window runs from the run at 80, not the call at 0")
+        at(180, clock, runs)
+        if edge == .both {
+            #expect(runs.labels == ["a", "b"])
+            #expect(runs.times == [80, 180])
+        } else {
+            #expect(runs.labels == ["a"], "inside the window: dropped")
+            try throttler.call(runs.work("c"))
+            clock.runDue()
+            #expect(runs.times == [80, 180])
+        }
+    }
+
     @Test func aCallDuringATrailingRunWaitsForTheNextWindow() throws {
         let clock = ManualBackend(registry: TimerRegistry())
         defer { clock.shutdown() }
@@ -484,9 +510,16 @@ struct HelperTests {
         await #expect(throws: TimerError.negativeDuration(parameter: "tolerance", value: .seconds(-1))) {
             try await withTimeout(.seconds(1), on: clock, tolerance: .seconds(-1)) { 1 }
         }
+        try clock.schedule(.after(.seconds(60)), name: "held") { _ in }
+        await #expect(throws: TimerError.duplicateName("held"), "an operation that never suspends too") {
+            try await withTimeout(.seconds(1), on: clock, name: "held") { 1 }
+        }
         clock.shutdown()
         await #expect(throws: TimerError.backendShutDown(backend: "manual")) {
             try await withTimeout(.seconds(1), on: clock) { try await Task.sleep(for: .seconds(3600)) }
+        }
+        await #expect(throws: TimerError.backendShutDown(backend: "manual"), "an operation that never suspends too") {
+            try await withTimeout(.seconds(1), on: clock) { 1 }
         }
     }
 

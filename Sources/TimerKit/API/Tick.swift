@@ -2,7 +2,8 @@
 public struct Tick: Sendable {
     /// The number of handler calls before this one (0 for the first).
     public let index: Int
-    /// The grid deadline this call was due at.
+    /// The deadline this call was due at: its grid point, plus this fire's jitter when the
+    /// schedule has one (`TimerSchedule/every(_:firstAfter:count:jitter:)`).
     public let scheduled: MonotonicInstant
     /// When the handler was started, on the same clock.
     public let actual: MonotonicInstant
@@ -10,7 +11,7 @@ public struct Tick: Sendable {
     /// (0 when on time, and always 0 under `.burst`, which delivers them).
     public let missed: Int
     /// The repeat interval in force when this tick fired (it reflects a `reschedule`); nil
-    /// for one-shots. `scheduled + interval` is the next grid point.
+    /// for one-shots. Without jitter, `scheduled + interval` is the next grid point.
     public let interval: Duration?
     /// The timer that fired: handlers use it to cancel or reschedule themselves.
     public let timer: TimerHandle

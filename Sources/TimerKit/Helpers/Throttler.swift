@@ -12,9 +12,10 @@
 /// that call's work runs at once, on the backend's loop; calls inside the window are
 /// dropped (`.leading`), or the latest of them runs when the window closes (`.trailing`,
 /// `.both`). Work runs on the backend's loop like a handler, never two runs of one throttler
-/// at once. With `.leading` and `.both`, two runs are at least `interval` apart: a trailing
-/// run opens a new window, in which calls wait for its end. With `.trailing`, each window's
-/// run comes `interval` after the call that opened it.
+/// at once. With `.leading` and `.both`, the loop begins a run no sooner than `interval` after
+/// it began the one before, even when it was late for that one: a window runs from its
+/// leading run, and a trailing run opens a new window, in which calls wait for its end. With
+/// `.trailing`, each window's run comes `interval` after the call that opened it.
 ///
 /// Like `Debouncer`, a throttler reuses one timer, registered as `name` (suspended while no
 /// window is open); cancelling it by name drops waiting work, shutting the backend down makes
@@ -154,14 +155,17 @@ public final class Throttler: ReusedTimerOwner, @unchecked Sendable {
         } else if let leading = leadingWork {
             due = leading
             leadingWork = nil
-            // Wake again when the window closes: to run trailing work, or to close it.
+            // The window runs from this run, not from the call that asked for it: a loop that
+            // came late must not bring the next run nearer. Wake again when it closes: to run
+            // trailing work, or to close it.
+            windowEnd = max(windowEnd, reused.scheduler.now().nanoseconds.saturatingAdd(intervalNanoseconds))
             ended = try? arm(at: windowEnd)
         } else if let trailing = trailingWork {
             due = trailing
             trailingWork = nil
             if edge.runsLeading {
                 // A trailing run opens a window: the next leading run is an interval away.
-                windowEnd = tick.actual.nanoseconds.saturatingAdd(intervalNanoseconds)
+                windowEnd = reused.scheduler.now().nanoseconds.saturatingAdd(intervalNanoseconds)
                 ended = try? arm(at: windowEnd)
             } else {
                 windowEnd = 0

@@ -73,33 +73,102 @@ private func race<Value: Sendable>(
 ) async throws -> Value {
     if tolerance < .zero { throw TimerError.negativeDuration(parameter: "tolerance", value: tolerance) }
     if let name { try TimerRegistry.validate(name: name) }
-    let clock = backend.clock
-    return try await withThrowingTaskGroup(of: Outcome<Value>.self) { group in
-        group.addTask { .finished(try await operation()) }
-        group.addTask {
-            do {
-                try await clock.sleep(until: deadline, tolerance: tolerance, name: name)
-            } catch is CancellationError {
-                // The operation finished first, or the caller was cancelled (then the
-                // operation's child sees it too), or the timer was cancelled by name.
-                return .limitLifted
+    let limitSignal = LimitSignal()
+    // Scheduled before the operation starts: a backend that has shut down, or a name another
+    // timer holds, is what this call throws, whether or not the operation would ever suspend.
+    let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance) { _ in limitSignal.settle(.reached) }
+    let scheduler = timer.scheduler
+    scheduler.whenEnded(timer) {
+        // Ended without firing (after a fire this changes nothing): cancelled by name lifts
+        // the limit; a backend that shut down is the error its timers end with.
+        limitSignal.settle(scheduler.shutDownError.map { .failed($0) } ?? .lifted)
+    }
+    do {
+        let value = try await withThrowingTaskGroup(of: Outcome<Value>.self) { group in
+            group.addTask { .finished(try await operation()) }
+            group.addTask {
+                switch await limitSignal.wait() {
+                case .reached: return .timedOut
+                case .lifted: return .limitLifted
+                case let .failed(error): throw error
+                }
             }
-            return .timedOut
-        }
-        defer { group.cancelAll() }
-        while let outcome = try await group.next() {
-            switch outcome {
-            case let .finished(value):
-                return value
-            case .timedOut:
-                group.cancelAll()
-                // The operation's own result no longer counts, but it must return first.
-                while (try? await group.next()) != nil {}
-                throw TimeoutError(timerName: name, backend: backend.name, limit: limit, deadline: deadline)
-            case .limitLifted:
-                continue
+            defer { group.cancelAll() }
+            while let outcome = try await group.next() {
+                switch outcome {
+                case let .finished(value):
+                    return value
+                case .timedOut:
+                    group.cancelAll()
+                    // The operation's own result no longer counts, but it must return first.
+                    while (try? await group.next()) != nil {}
+                    throw TimeoutError(timerName: name, backend: backend.name, limit: limit, deadline: deadline)
+                case .limitLifted:
+                    continue
+                }
             }
+            throw CancellationError()  // unreachable: the operation's child always reports
         }
-        throw CancellationError()  // unreachable: the operation's child always reports
+        await endAndLeaveTheRegistry(timer)
+        return value
+    } catch {
+        await endAndLeaveTheRegistry(timer)
+        throw error
+    }
+}
+
+/// Cancels `timer` (nothing, if it fired) and returns once it has ended, its handler has
+/// returned and it has left the registry: a fired one-shot leaves it only after its handler.
+private func endAndLeaveTheRegistry(_ timer: TimerHandle) async {
+    timer.cancel()
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        timer.scheduler.whenEnded(timer) { continuation.resume() }
+    }
+}
+
+/// The timeout's end, settled once: by its timer's fire, by its timer ending without one, or
+/// by the waiting task's cancellation (the race is over then).
+private final class LimitSignal: @unchecked Sendable {
+    // @unchecked: `result` and `waiting` are touched only while holding `mutex`.
+    enum Result: Sendable {
+        case reached
+        case lifted
+        case failed(TimerError)
+    }
+
+    private let mutex = PThreadMutex()
+    private var result: Result?
+    private var waiting: UnsafeContinuation<Result, Never>?
+
+    /// Settles the signal, unless it is settled already; a waiting task resumes, outside the lock.
+    func settle(_ outcome: Result) {
+        mutex.lock()
+        guard result == nil else {
+            mutex.unlock()
+            return
+        }
+        result = outcome
+        let continuation = waiting
+        waiting = nil
+        mutex.unlock()
+        continuation?.resume(returning: outcome)
+    }
+
+    /// How the limit ended; `.lifted` if the waiting task is cancelled first.
+    func wait() async -> Result {
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result, Never>) in
+                mutex.lock()
+                if let result {
+                    mutex.unlock()
+                    continuation.resume(returning: result)
+                    return
+                }
+                waiting = continuation
+                mutex.unlock()
+            }
+        } onCancel: {
+            settle(.lifted)
+        }
     }
 }

@@ -233,13 +233,24 @@ public func warmUpDispatch() {
 /// In a child process (an exit test): runs `attempt` with exactly `room` descriptors free,
 /// then checks that it added none of the kinds a backend opens. It reports on stderr
 /// (`outcome: N`, and what changed), for `expectOutcome(_:)` in the parent: an exit test that
-/// exits with an unexpected status gives the parent nothing to show.
+/// exits with an unexpected status gives the parent nothing to show. `attempt` returns 10 when
+/// it succeeded where there was too little room: that counts as 0 if a descriptor the runtime
+/// held before was closed meanwhile, which left more room than asked for.
 public func reportWithRoomForDescriptors(_ room: Int, _ attempt: () -> Int32) {
     warmUpDispatch()
     let before = openLoopDescriptors()
+    let everyBefore = openDescriptors()
     let restore = leaveRoomForDescriptors(room)
     var outcome = attempt()
     restore()
+    // Read once the fillers are gone: reading /proc needs a descriptor of its own.
+    let closedMeanwhile = Set(everyBefore.keys).subtracting(openDescriptors().keys)
+    if outcome == 10 && !closedMeanwhile.isEmpty {
+        // Seen under load, 1 run in 40: the runtime closed a descriptor of its own after the
+        // table was filled, so the attempt had room for one more.
+        FileHandle.standardError.write(Data("more room than asked: descriptors \(closedMeanwhile.sorted()) closed meanwhile\n".utf8))
+        outcome = 0
+    }
     // Only additions count: the test runtime and Dispatch may close descriptors of their own
     // meanwhile (an eventfd of theirs has been seen to go).
     let after = openLoopDescriptors()

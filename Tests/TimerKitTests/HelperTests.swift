@@ -483,6 +483,9 @@ struct HelperTests {
         await clock.advanceAndSettle(by: .zero)
         await #expect(throws: TimeoutError(timerName: nil, backend: "manual", limit: .zero, deadline: past)) { try await attempt.value }
         #expect(clock.registry.count == 0)
+        // Cancellation is cooperative: an operation that never suspends returns its value.
+        #expect(try await withDeadline(past, on: clock) { 5 } == 5)
+        #expect(clock.registry.count == 0)
     }
 
     @Test func cancellingTheTimeoutByNameLetsTheOperationFinish() async throws {

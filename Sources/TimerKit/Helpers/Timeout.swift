@@ -50,7 +50,9 @@ public func withTimeout<Value: Sendable>(
 
 /// Runs `operation`, and cancels it if it has not finished by `deadline` on `backend`'s
 /// clock: then throws `TimeoutError` once it has returned. A deadline already past cancels
-/// the operation as soon as it starts. Otherwise as `withTimeout(_:on:name:tolerance:operation:)`.
+/// the operation as soon as the backend's loop turns; cancellation is cooperative, so an
+/// operation that finishes without suspending still returns its value. Otherwise as
+/// `withTimeout(_:on:name:tolerance:operation:)`.
 public func withDeadline<Value: Sendable>(
     _ deadline: MonotonicInstant, on backend: some TimerBackend, name: String? = nil, tolerance: Duration = .zero,
     operation: @escaping @Sendable () async throws -> Value

@@ -280,7 +280,10 @@ extension ConformanceTests {
                 #expect(ticks.allSatisfy { $0.missed == 0 && $0.lateness == ms(5) })
                 #expect(zip(ticks, ticks.dropFirst()).allSatisfy { $1.scheduled - $0.scheduled == ms(10) })
             } else {
-                #expect(ticks.contains { $0.missed == 0 }, "with the cap, ticks are not an interval late by design")
+                // Uncapped, every tick would come 50 ms late, 4 or more grid points missed; capped,
+                // a tick misses one only when the machine is late (under TSan on a busy machine,
+                // every one of five may be), but not 40 ms late on every tick.
+                #expect(ticks.contains { $0.missed < 4 }, "with the cap, ticks are not the window late by design")
             }
         }
 

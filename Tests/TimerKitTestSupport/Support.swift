@@ -37,10 +37,11 @@ public func blockRealTime(_ duration: Duration) {
     _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(duration.saturatingNanoseconds)))
 }
 
-/// Polls `condition` every 2 ms of real time until it holds or `timeout` passes.
+/// Polls `condition` every 2 ms of real time until it holds or `timeout` passes (times the
+/// watchdogs' `TIMERKIT_WATCHDOG_SCALE`: sanitized runs are that much slower).
 @discardableResult
 public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let deadline = MonotonicInstant.now() + timeout
+    let deadline = MonotonicInstant.now() + timeout * Watchdog.scale
     while !condition() {
         if MonotonicInstant.now() > deadline { return false }
         blockRealTime(.milliseconds(2))
@@ -48,10 +49,10 @@ public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool)
     return true
 }
 
-/// Polls `condition` every 2 ms until it holds or `timeout` passes, suspending (not blocking)
-/// in between.
+/// Polls `condition` every 2 ms until it holds or `timeout` passes (scaled as `waitFor`'s),
+/// suspending (not blocking) in between.
 public func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
-    let deadline = MonotonicInstant.now() + timeout
+    let deadline = MonotonicInstant.now() + timeout * Watchdog.scale
     while !condition() {
         if MonotonicInstant.now() > deadline { return false }
         try? await Task.sleep(for: .milliseconds(2))

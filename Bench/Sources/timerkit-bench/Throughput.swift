@@ -89,22 +89,25 @@ func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool
     var rssGrowth = [Int](repeating: 0, count: subjects.count)
     var heapGrowth = [Int](repeating: 0, count: subjects.count)
     let batches = (count + batch - 1) / batch
-    for (phase, path) in [("schedule", \PhaseTimings.schedule), ("reset", \PhaseTimings.reset), ("cancel", \PhaseTimings.cancel)] {
+    // Each phase: its name, where its batches go, and one operation on timer `i` of a subject.
+    let phases: [(name: String, timings: WritableKeyPath<PhaseTimings, [Double]>, run: (any ThroughputSubject, Int) throws -> Void)] = [
+        ("schedule", \.schedule, { try $0.schedule($1) }),
+        ("reset", \.reset, { try $0.reset(resetOrder[$1]) }),
+        ("cancel", \.cancel, { try $0.cancel(cancelOrder[$1]) }),
+    ]
+    for phase in phases {
+        // Memory grows only while scheduling: read around those batches alone.
+        let readsMemory = phase.name == "schedule"
         for k in 0..<batches {
-            if k % 100 == 0 { progress("throughput: \(count) timers, \(phase) batch \(k + 1)/\(batches)") }
+            if k % 100 == 0 { progress("throughput: \(count) timers, \(phase.name) batch \(k + 1)/\(batches)") }
             let range = k * batch..<min((k + 1) * batch, count)
             let shift = k % subjects.count
             for s in Array(shift..<subjects.count) + Array(0..<shift) {
-                let subject = subjects[s]
-                let (rssBefore, heapBefore) = phase == "schedule" ? (residentBytes(), heapBytesInUse()) : (0, 0)
+                let (rssBefore, heapBefore) = readsMemory ? (residentBytes(), heapBytesInUse()) : (0, 0)
                 let start = MonotonicInstant.now()
-                switch phase {
-                case "schedule": for i in range { try subject.schedule(i) }
-                case "reset": for i in range { try subject.reset(resetOrder[i]) }
-                default: for i in range { try subject.cancel(cancelOrder[i]) }
-                }
-                timings[s][keyPath: path].append(nanoseconds(since: start) / Double(range.count))
-                if phase == "schedule" {
+                for i in range { try phase.run(subjects[s], i) }
+                timings[s][keyPath: phase.timings].append(nanoseconds(since: start) / Double(range.count))
+                if readsMemory {
                     rssGrowth[s] += residentBytes() - rssBefore
                     heapGrowth[s] += heapBytesInUse() - heapBefore
                 }

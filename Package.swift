@@ -16,6 +16,8 @@ let package = Package(
         .library(name: "TimerKitLibevent", targets: ["TimerKitLibevent"]),
         // libevent's C API, for programs that make the event_base a LibeventBackend attaches to.
         .library(name: "CLibevent", targets: ["CLibevent"]),
+        // The backend contract as checks a backend's own test target runs (Swift Testing).
+        .library(name: "TimerKitConformance", targets: ["TimerKitConformance"]),
     ],
     targets: [
         .target(name: "TimerKit", swiftSettings: swift6),
@@ -28,11 +30,13 @@ let package = Package(
             providers: [.apt(["libevent-dev"])]
         ),
         .target(name: "TimerKitLibevent", dependencies: ["TimerKit", "CLibevent"], swiftSettings: swift6),
-        // Helpers every test target shares: tick logs, waits, watchdogs, /proc readers, and
-        // the harness that runs one test body on every backend configuration.
+        // For test targets only: it imports the toolchain's Testing.
+        .target(name: "TimerKitConformance", dependencies: ["TimerKit", "TimerKitEpoll"], swiftSettings: swift6),
+        // What TimerKit's own test targets share: its backend configurations (`BackendKind`), the
+        // caller loops they attach to, and child-process helpers; it re-exports TimerKitConformance.
         .target(
             name: "TimerKitTestSupport",
-            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims"],
+            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims", "TimerKitConformance"],
             path: "Tests/TimerKitTestSupport",
             swiftSettings: swift6
         ),
@@ -43,7 +47,7 @@ let package = Package(
             name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent", "TimerKitTestSupport"], swiftSettings: swift6),
         .testTarget(
             name: "BackendConformanceTests",
-            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "TimerKitTestSupport"],
+            dependencies: ["TimerKit", "TimerKitConformance", "TimerKitTestSupport"],
             swiftSettings: swift6
         ),
     ]

@@ -6,9 +6,10 @@ import Testing
 @_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
+@_exported import TimerKitConformance
 
-/// Every backend configuration the conformance suite runs against. A new backend (or a new
-/// way to attach one) joins by adding a case.
+/// TimerKit's own backend configurations, which its conformance suite runs every check on.
+/// A new backend (or a new way to attach one) joins by adding a case.
 public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStringConvertible {
     case manual
     case dispatch
@@ -22,168 +23,48 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
     /// The "Writing a backend" article's example, pumped by a loop of the caller's: the
     /// implementor surface alone meets the whole contract.
     case pumped
-    #if TIMERKIT_NIO
-        /// TimerKitNIO's backend on a SwiftNIO event loop. The TimerKitNIO package compiles this
-        /// suite again with this configuration alone (its other backends run here already).
-        case nio
-
-        public static var allCases: [BackendKind] { [.nio] }
-    #endif
 
     public var testDescription: String { rawValue }
 
     /// Whether the backend runs on real time (all but Manual).
     public var isRealTime: Bool { self != .manual }
 
+    /// The configuration the checks run on.
+    public var underTest: BackendUnderTest {
+        switch self {
+        case .manual: .manual
+        case .dispatch: .dispatch
+        case .dispatchOnCallerQueue:
+            BackendUnderTest(rawValue) { registry in
+                let queue = DispatchQueue(label: "caller")
+                return .init(DispatchBackend(queue: queue, registry: registry), callerContext: { queue.async(execute: $0) })
+            }
+        case .epoll: .epoll
+        case .libevent: BackendUnderTest(rawValue) { .init(try LibeventBackend(registry: $0)) }
+        case .libeventAttached:
+            BackendUnderTest(rawValue) { registry in
+                let loop = try CallerLibeventLoop()
+                return .init(try LibeventBackend(attachedTo: loop.base, registry: registry), callerContext: loop.perform, teardown: loop.stop)
+            }
+        case .runLoop: BackendUnderTest(rawValue) { .init(try RunLoopBackend(registry: $0)) }
+        case .runLoopAttached:
+            BackendUnderTest(rawValue) { registry in
+                let loop = try CallerRunLoop(registry: registry)
+                return .init(loop.backend, callerContext: loop.perform, teardown: loop.stop)
+            }
+        case .pumped:
+            BackendUnderTest(rawValue) { registry in
+                let backend = PumpedBackend(registry: registry)
+                let loop = try CallerPumpLoop(backend)
+                return .init(backend, callerContext: loop.perform, teardown: loop.stop)
+            }
+        }
+    }
+
     /// Makes the backend with a registry of its own; the harness's watchdog runs until
     /// `Harness.shutdown()`.
-    public func makeHarness(watchdogSeconds: Double = 30) throws -> Harness {
-        let watchdog = Watchdog(Test.current.map { "\($0.name) [\(rawValue)]" }, seconds: watchdogSeconds)
-        let registry = TimerRegistry()
-        switch self {
-        case .manual:
-            let clock = ManualBackend(registry: registry)
-            return Harness(kind: self, backend: clock, manual: clock, watchdog: watchdog)
-        case .dispatch:
-            return Harness(kind: self, backend: DispatchBackend(registry: registry), watchdog: watchdog)
-        case .dispatchOnCallerQueue:
-            let queue = DispatchQueue(label: "caller")
-            return Harness(
-                kind: self, backend: DispatchBackend(queue: queue, registry: registry), watchdog: watchdog,
-                onCallerContext: { queue.async(execute: $0) })
-        case .epoll:
-            return Harness(kind: self, backend: try EpollBackend(registry: registry), watchdog: watchdog)
-        case .libevent:
-            return Harness(kind: self, backend: try LibeventBackend(registry: registry), watchdog: watchdog)
-        case .libeventAttached:
-            let loop = try CallerLibeventLoop()
-            return Harness(
-                kind: self, backend: try LibeventBackend(attachedTo: loop.base, registry: registry), watchdog: watchdog,
-                onCallerContext: loop.perform, teardown: loop.stop)
-        case .runLoop:
-            return Harness(kind: self, backend: try RunLoopBackend(registry: registry), watchdog: watchdog)
-        case .runLoopAttached:
-            let loop = try CallerRunLoop(registry: registry)
-            return Harness(kind: self, backend: loop.backend, watchdog: watchdog, onCallerContext: loop.perform, teardown: loop.stop)
-        case .pumped:
-            let backend = PumpedBackend(registry: registry)
-            let loop = try CallerPumpLoop(backend)
-            return Harness(kind: self, backend: backend, watchdog: watchdog, onCallerContext: loop.perform, teardown: loop.stop)
-        #if TIMERKIT_NIO
-            case .nio:
-                return makeNIOHarness(registry: registry, watchdog: watchdog)
-        #endif
-        }
-    }
-}
-
-/// Lets the same test body run on virtual and real time.
-public final class Harness: Sendable {
-    public let kind: BackendKind
-    public let backend: any TimerBackend
-    public let manual: ManualBackend?
-    private let watchdog: Watchdog
-    private let callerContext: @Sendable (@escaping @Sendable () -> Void) -> Void
-    private let teardown: @Sendable () -> Void
-    private let ownExecutor = ThreadTaskExecutor()
-
-    init(
-        kind: BackendKind, backend: any TimerBackend, manual: ManualBackend? = nil, watchdog: Watchdog,
-        onCallerContext: (@Sendable (@escaping @Sendable () -> Void) -> Void)? = nil,
-        teardown: @escaping @Sendable () -> Void = {}
-    ) {
-        self.kind = kind
-        self.backend = backend
-        self.manual = manual
-        self.watchdog = watchdog
-        self.callerContext = onCallerContext ?? { onBackgroundThread($0) }
-        self.teardown = teardown
-    }
-
-    public var registry: TimerRegistry { backend.registry }
-
-    /// Where a test runs the tasks of the code under test: Manual's test executor (so that
-    /// `advance` and `settle` see them), or a thread of the harness's own on real backends.
-    public var taskExecutor: any TaskExecutor { manual?.taskExecutor ?? ownExecutor }
-
-    /// Lets `duration` of backend time pass: virtual time advances, real time is waited out.
-    public func pass(_ duration: Duration) {
-        if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }
-    }
-
-    /// Called from inside a handler: the handler "takes" `duration`.
-    public func work(_ duration: Duration) {
-        if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }
-    }
-
-    /// Waits until `condition` holds, advancing virtual time in 1 ms steps or polling real
-    /// time, for at most `timeout` (generous: this VM is noisy).
-    @discardableResult
-    public func waitUntil(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-        guard manual != nil else { return waitFor(timeout, condition) }
-        var waited = Duration.zero
-        while !condition() {
-            if waited >= timeout { return false }
-            pass(.milliseconds(1))
-            waited += .milliseconds(1)
-        }
-        return true
-    }
-
-    /// `waitUntil` for async tests: on real time it polls without holding a thread of the
-    /// cooperative pool (which has one per core: tests that block it starve every async test).
-    public func waitUntilAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
-        guard manual != nil else { return await waitForAsync(timeout, condition) }
-        return waitUntil(timeout, condition)  // virtual time: each step is quick
-    }
-
-    /// `pass` for async tests: real time is slept, not blocked.
-    public func passAsync(_ duration: Duration) async {
-        if let manual { manual.advance(by: duration) } else { try? await Task.sleep(for: duration) }
-    }
-
-    /// Runs `body` off the test's thread; on Manual it also drives virtual time there, so a
-    /// handler can block while the test thread acts on its timer.
-    public func driveInBackground(for duration: Duration, _ body: @escaping @Sendable () -> Void = {}) {
-        onBackgroundThread { [manual] in
-            body()
-            manual?.advance(by: duration)
-        }
-    }
-
-    /// Runs `operation` as code under test and returns its result. On real backends it simply
-    /// runs; on Manual it runs as a task on the backend's task executor while virtual time
-    /// advances 1 ms at a time (each step settling the task), up to `timeout` of virtual time.
-    public func drive<T: Sendable>(
-        _ timeout: Duration = .seconds(10), _ operation: @escaping @Sendable () async throws -> T
-    ) async throws -> T {
-        guard let manual else { return try await operation() }
-        let done = Locked(false)
-        let task = Task(executorPreference: manual.taskExecutor) {
-            defer { done.withLock { $0 = true } }
-            return try await operation()
-        }
-        await manual.settle()
-        var waited = Duration.zero
-        while !done.current && waited < timeout {
-            await manual.advanceAndSettle(by: .milliseconds(1))
-            waited += .milliseconds(1)
-        }
-        if !done.current { task.cancel() }
-        return try await task.value
-    }
-
-    /// Runs `body` where the code that owns the backend runs: a block on the caller's queue
-    /// (Dispatch on a caller's queue), a callback of the caller's loop (attached libevent and
-    /// RunLoop), or a thread of its own (backends with a loop of their own, and Manual).
-    public func onCallerContext(_ body: @escaping @Sendable () -> Void) { callerContext(body) }
-
-    /// Shuts the backend down, then the caller's loop, then disarms the watchdog.
-    public func shutdown() {
-        backend.shutdown()
-        teardown()
-        ownExecutor.stop()
-        watchdog.disarm()
+    package func makeHarness(watchdogSeconds: Double = 30) throws -> Harness {
+        try underTest.makeHarness(watchdogSeconds: watchdogSeconds)
     }
 }
 

@@ -1,13 +1,11 @@
 import Foundation
 import Testing
 @_spi(BackendImplementation) import TimerKit
-import TimerKitTestSupport
 
-extension ConformanceTests {
+extension Checks {
     /// Debounce, throttle, timeouts, owned timers and live-timer caps on every backend
     /// configuration. (Their exact timing is tested on virtual time, in HelperTests.)
-    @Suite("Helpers")
-    struct Helpers {
+    enum Helpers {
         /// The values of the work that ran, and whether each ran on the backend's loop.
         final class Runs: Sendable {
             private let log = Locked<[(value: Int, onLoop: Bool)]>([])
@@ -20,8 +18,7 @@ extension ConformanceTests {
             var count: Int { log.current.count }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop(_ kind: BackendKind) async throws {
+        static func aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Runs()
@@ -41,8 +38,7 @@ extension ConformanceTests {
             #expect(await h.waitUntilAsync { h.registry.count == 0 }, "nothing registered once the work has run")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow(_ kind: BackendKind) async throws {
+        static func aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Runs()
@@ -58,8 +54,7 @@ extension ConformanceTests {
             #expect(await h.waitUntilAsync { runs.count == 2 }, "cancelling closed the window: the next call runs at once")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func withTimeoutCancelsAnOperationThatRunsOutOfTime(_ kind: BackendKind) async throws {
+        static func withTimeoutCancelsAnOperationThatRunsOutOfTime(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
@@ -78,8 +73,7 @@ extension ConformanceTests {
             #expect(h.registry.timer(named: "limit") == nil)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises(_ kind: BackendKind) async throws {
+        static func callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Counter()
@@ -102,8 +96,7 @@ extension ConformanceTests {
             #expect(h.registry.timer(named: "raced") != nil, "the debouncer's timer waits for its next call")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func workWhoseCapturesCallBackIntoTimerKitWhenReleased(_ kind: BackendKind) async throws {
+        static func workWhoseCapturesCallBackIntoTimerKitWhenReleased(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let released = Counter()
@@ -132,8 +125,7 @@ extension ConformanceTests {
             #expect(h.registry.timer(named: "from-deinit") != nil)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func shuttingDownFromInsideDebouncedWork(_ kind: BackendKind) async throws {
+        static func shuttingDownFromInsideDebouncedWork(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ran = Counter()
@@ -146,8 +138,7 @@ extension ConformanceTests {
             #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) { try h.backend.debounce("after", for: ms(1)) {} }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func anOwnedTimerIsCancelledWhenItsOwnerGoes(_ kind: BackendKind) async throws {
+        static func anOwnedTimerIsCancelledWhenItsOwnerGoes(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let handle: TimerHandle
@@ -160,8 +151,7 @@ extension ConformanceTests {
             #expect(h.registry.count == 0)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func theLiveTimerCapHolds(_ kind: BackendKind) async throws {
+        static func theLiveTimerCapHolds(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             try h.backend.limitLiveTimers(to: 2)
@@ -178,9 +168,8 @@ extension ConformanceTests {
     }
 }
 
-extension ConformanceTests.Helpers {
-    @Test(arguments: BackendKind.allCases)
-    func everyTimerIsToldWhyItEnded(_ kind: BackendKind) async throws {
+extension Checks.Helpers {
+    static func everyTimerIsToldWhyItEnded(_ kind: BackendUnderTest) async throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let told = Locked<[String: TimerEndReason]>([:])
@@ -228,9 +217,8 @@ extension ConformanceTests.Helpers {
     }
 }
 
-extension ConformanceTests.Helpers {
-    @Test(arguments: BackendKind.allCases)
-    func aJitteredTimerFiresWithinItsWindowAfterEachGridPoint(_ kind: BackendKind) async throws {
+extension Checks.Helpers {
+    static func aJitteredTimerFiresWithinItsWindowAfterEachGridPoint(_ kind: BackendUnderTest) async throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let log = TickLog()
@@ -248,9 +236,8 @@ extension ConformanceTests.Helpers {
     }
 }
 
-extension ConformanceTests.Helpers {
-    @Test(arguments: BackendKind.allCases)
-    func asyncDebouncedWorkRunsOnceAsATaskOnTheLoop(_ kind: BackendKind) async throws {
+extension Checks.Helpers {
+    static func asyncDebouncedWorkRunsOnceAsATaskOnTheLoop(_ kind: BackendUnderTest) async throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
         let runs = Runs()
@@ -265,6 +252,6 @@ extension ConformanceTests.Helpers {
         await h.passAsync(ms(50))
         #expect(runs.values.last == 9)
         // Manual's taskExecutor is its test executor, a thread of its own.
-        if kind != .manual { #expect(runs.allOnTheLoop, "the task ran on the backend's loop (its taskExecutor)") }
+        if kind.isRealTime { #expect(runs.allOnTheLoop, "the task ran on the backend's loop (its taskExecutor)") }
     }
 }

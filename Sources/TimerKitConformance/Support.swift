@@ -5,42 +5,42 @@ import Testing
 @_spi(BackendImplementation) import TimerKit
 
 /// Milliseconds, for brevity in tests.
-public func ms(_ value: Int) -> Duration { .milliseconds(value) }
+package func ms(_ value: Int) -> Duration { .milliseconds(value) }
 
 /// Records ticks from handlers that run on other threads.
-public final class TickLog: Sendable {
+package final class TickLog: Sendable {
     private let ticks = Locked<[Tick]>([])
-    public init() {}
-    public func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
-    public var all: [Tick] { ticks.current }
-    public var count: Int { ticks.current.count }
+    package init() {}
+    package func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
+    package var all: [Tick] { ticks.current }
+    package var count: Int { ticks.current.count }
 }
 
 /// A counter shared with handlers.
-public final class Counter: Sendable {
+package final class Counter: Sendable {
     private let value = Locked(0)
-    public init() {}
-    public func increment() { value.withLock { $0 += 1 } }
+    package init() {}
+    package func increment() { value.withLock { $0 += 1 } }
     /// Adds one and returns the new count.
-    public func incrementAndGet() -> Int {
+    package func incrementAndGet() -> Int {
         value.withLock {
             $0 += 1
             return $0
         }
     }
-    public var current: Int { value.current }
+    package var current: Int { value.current }
 }
 
 /// Blocks the calling thread for `duration` of real time (a busy handler, or a pause in a
 /// real-time test whose bounds are generous).
-public func blockRealTime(_ duration: Duration) {
+package func blockRealTime(_ duration: Duration) {
     _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(duration.saturatingNanoseconds)))
 }
 
 /// Polls `condition` every 2 ms of real time until it holds or `timeout` passes (times the
 /// watchdogs' `TIMERKIT_WATCHDOG_SCALE`: sanitized runs are that much slower).
 @discardableResult
-public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+package func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
     let deadline = MonotonicInstant.now() + timeout * Watchdog.scale
     while !condition() {
         if MonotonicInstant.now() > deadline { return false }
@@ -51,7 +51,7 @@ public func waitFor(_ timeout: Duration = .seconds(10), _ condition: () -> Bool)
 
 /// Polls `condition` every 2 ms until it holds or `timeout` passes (scaled as `waitFor`'s),
 /// suspending (not blocking) in between.
-public func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+package func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
     let deadline = MonotonicInstant.now() + timeout * Watchdog.scale
     while !condition() {
         if MonotonicInstant.now() > deadline { return false }
@@ -62,7 +62,7 @@ public func waitForAsync(_ timeout: Duration = .seconds(10), _ condition: @Senda
 
 /// `onThreads` for async tests: waits for the threads without holding a thread of the
 /// cooperative pool.
-public func onThreadsAsync(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+package func onThreadsAsync(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
         Thread.detachNewThread {
             onThreads(count, body)
@@ -72,19 +72,19 @@ public func onThreadsAsync(_ count: Int, _ body: @escaping @Sendable (Int) -> Vo
 }
 
 /// Runs `body` on a new thread and waits for it to return.
-public func onNewThread(_ body: @escaping @Sendable () -> Void) {
+package func onNewThread(_ body: @escaping @Sendable () -> Void) {
     onThreads(1) { _ in body() }
 }
 
 /// Runs `body` on a new thread and returns at once. Tests use threads of their own rather
 /// than the global Dispatch queues: those are as wide as the machine has cores (2 here), and
 /// with other tests blocking their workers a queued block may not start for seconds.
-public func onBackgroundThread(_ body: @escaping @Sendable () -> Void) {
+package func onBackgroundThread(_ body: @escaping @Sendable () -> Void) {
     Thread.detachNewThread(body)
 }
 
 /// Runs `body(index)` on `count` new threads at once and waits until all have returned.
-public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+package func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     let done = DispatchSemaphore(value: 0)
     for index in 0..<count {
         Thread.detachNewThread {
@@ -98,7 +98,7 @@ public func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
 /// Fails a hung test in seconds instead of at CI's time limit: unless disarmed within
 /// `seconds`, it prints what hung and ends the test process. A hang is the defect these
 /// tests exist to catch, and a stuck thread cannot be cancelled, so the run must end.
-public final class Watchdog: Sendable {
+package final class Watchdog: Sendable {
     private let disarmed = DispatchSemaphore(value: 0)
     private let done = Locked(false)
 
@@ -113,7 +113,7 @@ public final class Watchdog: Sendable {
     }()
 
     /// Arms a watchdog for the test running now (or `what`).
-    public init(_ what: String? = nil, seconds: Double = 30) {
+    package init(_ what: String? = nil, seconds: Double = 30) {
         let name = what ?? Test.current.map { "\($0.name)" } ?? "a test"
         let seconds = seconds * Self.scale
         let disarmed = self.disarmed
@@ -136,7 +136,7 @@ public final class Watchdog: Sendable {
     }
 
     /// Stops the watchdog. Idempotent.
-    public func disarm() {
+    package func disarm() {
         let first = done.withLock { was in
             defer { was = true }
             return !was
@@ -147,14 +147,17 @@ public final class Watchdog: Sendable {
     deinit { disarm() }
 }
 
-/// Runs `body` under a watchdog.
+/// Runs `body` under a watchdog: if it has not returned within `seconds` (times the
+/// `TIMERKIT_WATCHDOG_SCALE` environment variable, for sanitized runs), the watchdog prints
+/// `what` (by default the running test's name) and ends the test process, so that a hang
+/// fails in seconds rather than at CI's time limit.
 public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body: () throws -> R) rethrows -> R {
     let watchdog = Watchdog(what, seconds: seconds)
     defer { watchdog.disarm() }
     return try body()
 }
 
-/// Runs `body` under a watchdog.
+/// Runs `body` under a watchdog, as the blocking `withWatchdog` does.
 public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body: () async throws -> R) async rethrows -> R {
     let watchdog = Watchdog(what, seconds: seconds)
     defer { watchdog.disarm() }
@@ -164,14 +167,14 @@ public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body:
 // MARK: /proc readers
 
 /// Voluntary context switches of one thread of this process: how often it went to sleep.
-public func voluntarySwitches(threadID: Int32) -> Int? {
+package func voluntarySwitches(threadID: Int32) -> Int? {
     guard let status = try? String(contentsOfFile: "/proc/self/task/\(threadID)/status", encoding: .utf8) else { return nil }
     return status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches") }
         .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
 }
 
 /// CPU time (user + system) this process has used, in seconds.
-public func processCPUSeconds() -> Double {
+package func processCPUSeconds() -> Double {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
     func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
@@ -179,7 +182,7 @@ public func processCPUSeconds() -> Double {
 }
 
 /// The open descriptors of this process and what each one is ("anon_inode:[eventfd]", ...).
-public func openDescriptors() -> [Int32: String] {
+package func openDescriptors() -> [Int32: String] {
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
     var result: [Int32: String] = [:]
     for entry in entries {
@@ -192,34 +195,34 @@ public func openDescriptors() -> [Int32: String] {
 }
 
 /// What changed in the descriptor table between two readings, for a failure message.
-public func describeChange(from before: [Int32: String], to after: [Int32: String]) -> String {
+package func describeChange(from before: [Int32: String], to after: [Int32: String]) -> String {
     let opened = after.filter { before[$0.key] != $0.value }.map { "+\($0.key) \($0.value)" }
     let closed = before.filter { after[$0.key] != $0.value }.map { "-\($0.key) \($0.value)" }
     return (opened + closed).sorted().joined(separator: ", ")
 }
 
 /// Kinds of descriptor the backends open (epoll instances, timerfds, eventfds, pipes).
-public func isLoopDescriptor(_ target: String) -> Bool {
+package func isLoopDescriptor(_ target: String) -> Bool {
     target.hasPrefix("anon_inode:") || target.hasPrefix("pipe:")
 }
 
 /// The open descriptors of the kinds the backends open: what a leak check compares. (The
 /// rest of the table also holds what the test runtime opens and closes meanwhile, such as
 /// the directory listing /proc/self/fd itself.)
-public func openLoopDescriptors() -> [Int32: String] {
+package func openLoopDescriptors() -> [Int32: String] {
     openDescriptors().filter { isLoopDescriptor($0.value) }
 }
 
 /// In a child process (an exit test), before `exit(0)`: Dispatch and CoreFoundation free a
 /// cancelled source or an invalidated run-loop timer a moment after `shutdown()` returns, and
 /// LeakSanitizer (in `make asan`) checks at exit. Without this pause it reports those.
-public func letAsynchronousReleasesFinish() {
+package func letAsynchronousReleasesFinish() {
     blockRealTime(.milliseconds(200))
 }
 
 /// In a child process (an exit test): makes Dispatch open the descriptors it opens lazily
 /// (its epoll and eventfd), so that counts taken afterwards see only what a test opens.
-public func warmUpDispatch() {
+package func warmUpDispatch() {
     let queue = DispatchQueue(label: "warm-up")
     let source = DispatchSource.makeTimerSource(queue: queue)
     let fired = DispatchSemaphore(value: 0)
@@ -231,76 +234,12 @@ public func warmUpDispatch() {
     DispatchQueue.global().sync {}
 }
 
-/// In a child process (an exit test): runs `attempt` with exactly `room` descriptors free,
-/// then checks that it added none of the kinds a backend opens. It reports on stderr
-/// (`outcome: N`, and what changed), for `expectOutcome(_:)` in the parent: an exit test that
-/// exits with an unexpected status gives the parent nothing to show. `attempt` returns 10 when
-/// it succeeded where there was too little room: that counts as 0 if a descriptor the runtime
-/// held before was closed meanwhile, which left more room than asked for.
-public func reportWithRoomForDescriptors(_ room: Int, _ attempt: () -> Int32) {
-    warmUpDispatch()
-    let before = openLoopDescriptors()
-    let everyBefore = openDescriptors()
-    let restore = leaveRoomForDescriptors(room)
-    var outcome = attempt()
-    restore()
-    // Read once the fillers are gone: reading /proc needs a descriptor of its own.
-    let closedMeanwhile = Set(everyBefore.keys).subtracting(openDescriptors().keys)
-    if outcome == 10 && !closedMeanwhile.isEmpty {
-        // Seen under load, 1 run in 40: the runtime closed a descriptor of its own after the
-        // table was filled, so the attempt had room for one more.
-        FileHandle.standardError.write(Data("more room than asked: descriptors \(closedMeanwhile.sorted()) closed meanwhile\n".utf8))
-        outcome = 0
-    }
-    // Only additions count: the test runtime and Dispatch may close descriptors of their own
-    // meanwhile (an eventfd of theirs has been seen to go).
-    let after = openLoopDescriptors()
-    let added = after.filter { before[$0.key] != $0.value }
-    var report = ""
-    if outcome == 0 && !added.isEmpty {
-        outcome = 30
-        report = "descriptors left behind: \(describeChange(from: before, to: after))\n"
-    }
-    FileHandle.standardError.write(Data((report + "outcome: \(outcome)\n").utf8))
-}
-
-/// In the parent: expects the child to have reported `outcome: 0`, and shows its report if not.
-public func expectOutcome(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
-    let report = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(report.contains("outcome: 0\n"), "\(report)", sourceLocation: sourceLocation)
-}
-
-/// In a child process: fills the descriptor table so that exactly `room` descriptors are
-/// free, by lowering RLIMIT_NOFILE and opening fillers up to it. Returns a closure that
-/// closes the fillers and restores the limit. Other threads of the child must not open
-/// descriptors meanwhile (call `warmUpDispatch()` first).
-public func leaveRoomForDescriptors(_ room: Int) -> () -> Void {
-    var limit = rlimit()
-    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-    let original = limit
-    let highest = openDescriptors().keys.max() ?? 2
-    limit.rlim_cur = rlim_t(highest + 64)
-    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-    var fillers: [Int32] = []
-    while true {
-        let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        if fd < 0 { break }
-        fillers.append(fd)
-    }
-    for _ in 0..<min(room, fillers.count) { close(fillers.removeLast()) }
-    return {
-        for fd in fillers { close(fd) }
-        var restored = original
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &restored)
-    }
-}
-
 /// A serial task executor with a thread of its own, for the tasks a test starts on a real
 /// backend. A parallel test run keeps the global pool's threads (two on a 2-core machine)
 /// busy with synchronous waits, and a task queued behind them could miss the test's
 /// deadlines on a loaded machine; on this thread it runs at once. The thread starts with the
 /// first job; after `stop()` jobs go to the global executor.
-public final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
+package final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
     // @unchecked: `jobs`, `hasThread` and `isStopped` are touched only while holding `mutex`.
     private let mutex = PThreadMutex()
     private let workArrived = PThreadCondition()
@@ -308,9 +247,9 @@ public final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
     private var hasThread = false
     private var isStopped = false
 
-    public init() {}
+    package init() {}
 
-    public func enqueue(_ job: consuming ExecutorJob) {
+    package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         mutex.lock()
         let stopped = isStopped
@@ -326,7 +265,7 @@ public final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     /// Lets the thread end once the jobs queued so far have run.
-    public func stop() {
+    package func stop() {
         mutex.withLock {
             isStopped = true
             workArrived.broadcast()

@@ -1,17 +1,14 @@
 import Foundation
 import Testing
 @_spi(BackendImplementation) import TimerKit
-import TimerKitTestSupport
 
-extension ConformanceTests {
+extension Checks {
     /// The Swift Concurrency surface — the `Clock`, `ticks` and `scheduleAsync` — on every
     /// backend configuration.
-    @Suite("Swift Concurrency")
-    struct Concurrency {
+    enum Concurrency {
         // MARK: The clock
 
-        @Test(arguments: BackendKind.allCases)
-        func aSleepEndsNoEarlierThanItsDeadline(_ kind: BackendKind) async throws {
+        static func aSleepEndsNoEarlierThanItsDeadline(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let clock = h.backend.clock
@@ -21,12 +18,11 @@ extension ConformanceTests {
                 return (deadline, clock.now)
             }
             #expect(woke >= deadline)
-            if kind == .manual { #expect(woke == deadline, "virtual time: the sleeper wakes at its deadline exactly") }
+            if !kind.isRealTime { #expect(woke == deadline, "virtual time: the sleeper wakes at its deadline exactly") }
             #expect(h.registry.count == 0)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aSleepIsInTheRegistryWhileItWaits(_ kind: BackendKind) async throws {
+        static func aSleepIsInTheRegistryWhileItWaits(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let clock = h.backend.clock
@@ -41,8 +37,7 @@ extension ConformanceTests {
             #expect(h.registry.timer(named: "nap") == nil, "cancelling the task cancelled the timer")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func cancellingTheTaskEndsTheSleepAtOnce(_ kind: BackendKind) async throws {
+        static func cancellingTheTaskEndsTheSleepAtOnce(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let clock = h.backend.clock
@@ -60,8 +55,7 @@ extension ConformanceTests {
             await #expect(throws: CancellationError.self) { try await alreadyCancelled.value }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func sleepingOnAShutDownBackendThrowsItsError(_ kind: BackendKind) async throws {
+        static func sleepingOnAShutDownBackendThrowsItsError(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             h.backend.shutdown()
             defer { h.shutdown() }
@@ -72,8 +66,7 @@ extension ConformanceTests {
 
         // MARK: ticks
 
-        @Test(arguments: BackendKind.allCases)
-        func aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds(_ kind: BackendKind) async throws {
+        static func aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(ms(5), count: 4), name: "four")
@@ -90,8 +83,7 @@ extension ConformanceTests {
             #expect(h.registry.count == 0)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aSlowConsumerIsALateHandler(_ kind: BackendKind) async throws {
+        static func aSlowConsumerIsALateHandler(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(ms(10)), missedTicks: .skip)
@@ -107,15 +99,14 @@ extension ConformanceTests {
             // Not a queue of the ticks that came due meanwhile: the latest, with the rest counted.
             #expect(seen[1].missed >= 2)
             #expect(seen[1].scheduled - seen[0].scheduled >= ms(30))
-            if kind == .manual {
+            if !kind.isRealTime {
                 #expect(seen.map(\.missed) == [0, 2, 0])
                 #expect(seen[1].scheduled - seen[0].scheduled == ms(30))
             }
             #expect(await waitForAsync { h.registry.count == 0 }, "breaking out of the loop cancelled the timer")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted(_ kind: BackendKind) async throws {
+        static func aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(ms(10), count: 4), name: "busy")
@@ -150,14 +141,13 @@ extension ConformanceTests {
             for (previous, tick) in zip(seen, seen.dropFirst()) {
                 #expect(tick.index - previous.index - 1 <= tick.missed, "a handler call the consumer never saw is counted in missed")
             }
-            if kind == .manual {
+            if !kind.isRealTime {
                 #expect(seen.map(\.index) == [0, 1, 3])
                 #expect(seen.map(\.missed) == [0, 0, 1])
             }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aBurstingSequenceDeliversEveryMissedTick(_ kind: BackendKind) async throws {
+        static func aBurstingSequenceDeliversEveryMissedTick(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(ms(10), count: 5), missedTicks: .burst)
@@ -176,8 +166,7 @@ extension ConformanceTests {
             }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown(_ kind: BackendKind) async throws {
+        static func theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let byName = try h.backend.ticks(.every(.seconds(3600)), name: "hourly")
@@ -201,8 +190,7 @@ extension ConformanceTests {
             #expect(await waiting.value == 0)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer(_ kind: BackendKind) async throws {
+        static func cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(.seconds(3600)), name: "consumed")
@@ -222,8 +210,7 @@ extension ConformanceTests {
             #expect(h.registry.count == 0, "a sequence dropped without being iterated cancels its timer")
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aSequenceIsIteratedOnce(_ kind: BackendKind) async throws {
+        static func aSequenceIsIteratedOnce(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ticks = try h.backend.ticks(.every(ms(1), count: 2))
@@ -238,8 +225,7 @@ extension ConformanceTests {
 
         // MARK: scheduleAsync
 
-        @Test(arguments: BackendKind.allCases)
-        func repeatsOfATaskAreFixedDelayAndNeverOverlap(_ kind: BackendKind) async throws {
+        static func repeatsOfATaskAreFixedDelayAndNeverOverlap(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let runs = Locked<[(start: MonotonicInstant, end: MonotonicInstant)]>([])
@@ -271,8 +257,7 @@ extension ConformanceTests {
             #expect(await waitForAsync { h.registry.count == 0 })
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt(_ kind: BackendKind) async throws {
+        static func cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let started = Counter()
@@ -292,8 +277,7 @@ extension ConformanceTests {
             #expect(started.current == 1)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func endedReturnsOnceATimerHasEndedAndItsHandlerReturned(_ kind: BackendKind) async throws {
+        static func endedReturnsOnceATimerHasEndedAndItsHandlerReturned(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let oneShot = try h.backend.schedule(.after(ms(5))) { _ in }
@@ -304,8 +288,7 @@ extension ConformanceTests {
             #expect(try await repeating.ended == .cancelled)  // already over: returns at once
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aTimeoutAroundEndedReturnsWhenItRunsOut(_ kind: BackendKind) async throws {
+        static func aTimeoutAroundEndedReturnsWhenItRunsOut(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let repeating = try h.backend.schedule(.every(.seconds(3600)), name: "long") { _ in }
@@ -341,8 +324,7 @@ extension ConformanceTests {
             #expect(try await repeating.ended == .cancelled)
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aTaskMayBeIsolatedToTheMainActor(_ kind: BackendKind) async throws {
+        static func aTaskMayBeIsolatedToTheMainActor(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ran = Locked(false)
@@ -359,14 +341,7 @@ extension ConformanceTests {
 
         // MARK: Tasks on the loop (taskExecutor)
 
-        @Test func onManualTheLoopsExecutorIsTheTestExecutor() throws {
-            let h = try BackendKind.manual.makeHarness()
-            defer { h.shutdown() }
-            #expect(h.backend.taskExecutor as? ManualTaskExecutor === h.taskExecutor)
-        }
-
-        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
-        func aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers(_ kind: BackendKind) async throws {
+        static func aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
@@ -393,8 +368,7 @@ extension ConformanceTests {
             #expect(h.waitUntil { fired.current })
         }
 
-        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
-        func aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers(_ kind: BackendKind) async throws {
+        static func aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
@@ -415,8 +389,7 @@ extension ConformanceTests {
             #expect(timer.currentState == .finished || h.waitUntil { timer.currentState == .finished })
         }
 
-        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
-        func tasksOnTheLoopCarryOnAfterTheBackendShutsDown(_ kind: BackendKind) async throws {
+        static func tasksOnTheLoopCarryOnAfterTheBackendShutsDown(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
@@ -439,8 +412,7 @@ extension ConformanceTests {
             #expect(await Task(executorPreference: backend.taskExecutor) { 42 }.value == 42)
         }
 
-        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
-        func aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst(_ kind: BackendKind) async throws {
+        static func aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend
@@ -463,8 +435,7 @@ extension ConformanceTests {
             #expect(shutdownSawItFinished.current == true, "shutdown() returned before the running job did")
         }
 
-        @Test(arguments: BackendKind.allCases.filter(\.isRealTime))
-        func aTaskOnTheLoopMayShutTheBackendDown(_ kind: BackendKind) async throws {
+        static func aTaskOnTheLoopMayShutTheBackendDown(_ kind: BackendUnderTest) async throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let backend = h.backend

@@ -2,14 +2,11 @@ import Dispatch
 import Testing
 @_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
-import TimerKitTestSupport
 
-extension ConformanceTests {
+extension Checks {
     /// A DisplayLink delivered on another backend, like a CADisplayLink added to a run loop.
-    @Suite("DisplayLink delivered on each backend")
-    struct DisplayDelivery {
-        @Test(arguments: BackendKind.allCases)
-        func slowCallbacksDropFramesAndNothingArrivesAfterInvalidate(_ kind: BackendKind) throws {
+    enum DisplayDelivery {
+        static func slowCallbacksDropFramesAndNothingArrivesAfterInvalidate(_ kind: BackendUnderTest) throws {
             let source = try DisplaySource(refreshRate: 100, priority: .normal, registry: TimerRegistry())
             defer { source.shutdown() }
             let h = try kind.makeHarness()
@@ -44,8 +41,7 @@ extension ConformanceTests {
             #expect(h.waitUntil { h.registry.count == 0 })
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func aPausedLinkIsSilentAndKeepsItsTarget(_ kind: BackendKind) throws {
+        static func aPausedLinkIsSilentAndKeepsItsTarget(_ kind: BackendUnderTest) throws {
             let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
             defer { source.shutdown() }
             let h = try kind.makeHarness()

@@ -2,13 +2,11 @@ import Dispatch
 import Foundation
 import Testing
 @_spi(BackendImplementation) import TimerKit
-import TimerKitTestSupport
 
-extension ConformanceTests {
+extension Checks {
     /// Several threads doing random things to a shared pool of timers while they fire.
     /// `make test` runs a short round per backend; set TIMERKIT_STRESS_SECONDS for longer.
-    @Suite("Stress")
-    struct Stress {
+    enum Stress {
         static let seconds: Double = ProcessInfo.processInfo.environment["TIMERKIT_STRESS_SECONDS"].flatMap(Double.init) ?? 1
 
         /// What the threads share: the pool, the timers whose `cancelAndWait` has returned,
@@ -23,8 +21,7 @@ extension ConformanceTests {
             func breach(_ what: String) { broken.withLock { if $0.count < 20 { $0.append(what) } } }
         }
 
-        @Test(arguments: BackendKind.allCases)
-        func randomOperationsFromManyThreadsKeepEveryPromise(_ kind: BackendKind) throws {
+        static func randomOperationsFromManyThreadsKeepEveryPromise(_ kind: BackendUnderTest) throws {
             let h = try kind.makeHarness(watchdogSeconds: 60 + Self.seconds * 2)
             defer { h.shutdown() }
             let shared = Shared()

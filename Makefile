@@ -9,10 +9,8 @@ STRICT      := -Xswiftc -warnings-as-errors
 BENCH_PKG   := --package-path Bench
 NIO_PKG     := --package-path TimerKitNIO
 BENCH        = Bench/.build/release/timerkit-bench
-# TimerKitNIO's test folders also hold links to the library's own test files: only its own are listed.
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
-	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests/TimerKitNIOTests \
-	TimerKitNIO/Tests/TimerKitNIOTestSupport/NIOHarness.swift TimerKitNIO/Tests/TimerKitNIOTestSupport/Imports.swift
+	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
 

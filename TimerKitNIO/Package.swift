@@ -26,35 +26,25 @@ let package = Package(
             ],
             swiftSettings: swift6
         ),
-        // The library's own test support and conformance suite, compiled again here (the files
-        // are symbolic links into ../Tests) with one more backend configuration: `.nio`.
-        .target(
-            name: "TimerKitTestSupport",
-            dependencies: [
-                "TimerKitNIO",
-                .product(name: "TimerKit", package: "TimerKit"),
-                .product(name: "TimerKitEpoll", package: "TimerKit"),
-                .product(name: "TimerKitLibevent", package: "TimerKit"),
-                .product(name: "CLibevent", package: "TimerKit"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-            ],
-            path: "Tests/TimerKitNIOTestSupport",
-            swiftSettings: swift6 + [.define("TIMERKIT_NIO")]
-        ),
+        // TimerKit's contract checks (the TimerKitConformance product) on a NIO loop.
         .testTarget(
             name: "TimerKitNIOConformanceTests",
             dependencies: [
-                "TimerKitTestSupport",
+                "TimerKitNIO",
                 .product(name: "TimerKit", package: "TimerKit"),
-                .product(name: "TimerKitEpoll", package: "TimerKit"),
+                .product(name: "TimerKitConformance", package: "TimerKit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swift6
         ),
         .testTarget(
             name: "TimerKitNIOTests",
             dependencies: [
-                "TimerKitNIO", "TimerKitTestSupport",
+                "TimerKitNIO",
+                .product(name: "TimerKitConformance", package: "TimerKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ],

@@ -79,7 +79,9 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
     }
 
     /// Every check, grouped in the order of ``Group``.
-    public static let all: [ConformanceCheck] = contract + adversarial + helpers + concurrency + displayDelivery + stress
+    public static let all: [ConformanceCheck] =
+        Checks.checks + Checks.Adversarial.checks + Checks.Helpers.checks + Checks.Concurrency.checks
+        + Checks.DisplayDelivery.checks + Checks.Stress.checks
 
     /// The checks of one group.
     public static func all(in group: Group) -> [ConformanceCheck] { all.filter { $0.group == group } }

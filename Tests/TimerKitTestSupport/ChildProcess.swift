@@ -66,4 +66,3 @@ public func leaveRoomForDescriptors(_ room: Int) -> () -> Void {
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &restored)
     }
 }
-

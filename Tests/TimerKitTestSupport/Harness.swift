@@ -4,9 +4,9 @@ import Dispatch
 import Foundation
 import Testing
 @_spi(BackendImplementation) import TimerKit
+@_exported import TimerKitConformance
 import TimerKitEpoll
 import TimerKitLibevent
-@_exported import TimerKitConformance
 
 /// TimerKit's own backend configurations, which its conformance suite runs every check on.
 /// A new backend (or a new way to attach one) joins by adding a case.
@@ -44,7 +44,8 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
         case .libeventAttached:
             BackendUnderTest(rawValue) { registry in
                 let loop = try CallerLibeventLoop()
-                return .init(try LibeventBackend(attachedTo: loop.base, registry: registry), callerContext: loop.perform, teardown: loop.stop)
+                return .init(
+                    try LibeventBackend(attachedTo: loop.base, registry: registry), callerContext: loop.perform, teardown: loop.stop)
             }
         case .runLoop: BackendUnderTest(rawValue) { .init(try RunLoopBackend(registry: $0)) }
         case .runLoopAttached:

@@ -1,87 +1,134 @@
 @_spi(BackendImplementation) import TimerKit
 
-// The checks of each group, in the order they are listed. A check joins its group's list here.
+// The checks of each group, in the order they are listed: a check joins its group's list here.
 
-extension ConformanceCheck {
-    static let contract: [ConformanceCheck] = [
-        ConformanceCheck("oneShotFiresOnceAndNeverEarly", .contract, Checks.oneShotFiresOnceAndNeverEarly),
-        ConformanceCheck("oneShotAtADeadline", .contract, Checks.oneShotAtADeadline),
-        ConformanceCheck("timersFireInDeadlineOrder", .contract, Checks.timersFireInDeadlineOrder),
-        ConformanceCheck("equalDeadlinesFireInSchedulingOrder", .contract, Checks.equalDeadlinesFireInSchedulingOrder),
-        ConformanceCheck("repeatsWithACountStayOnTheGrid", .contract, Checks.repeatsWithACountStayOnTheGrid),
-        ConformanceCheck("skipDropsMissedTicksAndStaysOnTheGrid", .contract, Checks.skipDropsMissedTicksAndStaysOnTheGrid),
-        ConformanceCheck("burstDeliversEveryMissedTick", .contract, Checks.burstDeliversEveryMissedTick),
-        ConformanceCheck("delayRestartsTheGridAfterALateTick", .contract, Checks.delayRestartsTheGridAfterALateTick),
-        ConformanceCheck("toleranceIsHonouredAsMayFireLate", .contract, Checks.toleranceIsHonouredAsMayFireLate),
-        ConformanceCheck("handlersCanScheduleFromInsideAndFromManyThreads", .contract, Checks.handlersCanScheduleFromInsideAndFromManyThreads),
-        ConformanceCheck("suspendTwiceThenResumeOnceRunsAgain", .contract, Checks.suspendTwiceThenResumeOnceRunsAgain),
-        ConformanceCheck("noHandlerBeginsAfterCancelAndWaitReturns", .contract, Checks.noHandlerBeginsAfterCancelAndWaitReturns),
-        ConformanceCheck("operationsAfterCancelAreTypedErrors", .contract, Checks.operationsAfterCancelAreTypedErrors),
-        ConformanceCheck("aHandlerCanCancelItself", .contract, Checks.aHandlerCanCancelItself),
-        ConformanceCheck("cancelAndWaitWaitsForARunningHandler", .contract, Checks.cancelAndWaitWaitsForARunningHandler),
-        ConformanceCheck("aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt", .contract, Checks.aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt),
-        ConformanceCheck("shutdownCancelsTimersAndRefusesNewOnes", .contract, Checks.shutdownCancelsTimersAndRefusesNewOnes),
-        ConformanceCheck("aShutDownBackendLetsGoOfEverythingItWasGiven", .contract, Checks.aShutDownBackendLetsGoOfEverythingItWasGiven),
-        ConformanceCheck("timersAreRegisteredUnderUniqueNames", .contract, Checks.timersAreRegisteredUnderUniqueNames),
-        ConformanceCheck("aReleasedTargetEndsItsTimers", .contract, Checks.aReleasedTargetEndsItsTimers),
-        ConformanceCheck("registryObserversRecordLateness", .contract, Checks.registryObserversRecordLateness),
+extension Checks {
+    static let checks: [ConformanceCheck] = [
+        .init("oneShotFiresOnceAndNeverEarly", .contract, oneShotFiresOnceAndNeverEarly),
+        .init("oneShotAtADeadline", .contract, oneShotAtADeadline),
+        .init("timersFireInDeadlineOrder", .contract, timersFireInDeadlineOrder),
+        .init("equalDeadlinesFireInSchedulingOrder", .contract, equalDeadlinesFireInSchedulingOrder),
+        .init("repeatsWithACountStayOnTheGrid", .contract, repeatsWithACountStayOnTheGrid),
+        .init("skipDropsMissedTicksAndStaysOnTheGrid", .contract, skipDropsMissedTicksAndStaysOnTheGrid),
+        .init("burstDeliversEveryMissedTick", .contract, burstDeliversEveryMissedTick),
+        .init("delayRestartsTheGridAfterALateTick", .contract, delayRestartsTheGridAfterALateTick),
+        .init("toleranceIsHonouredAsMayFireLate", .contract, toleranceIsHonouredAsMayFireLate),
+        .init("handlersCanScheduleFromInsideAndFromManyThreads", .contract, handlersCanScheduleFromInsideAndFromManyThreads),
+        .init("suspendTwiceThenResumeOnceRunsAgain", .contract, suspendTwiceThenResumeOnceRunsAgain),
+        .init("noHandlerBeginsAfterCancelAndWaitReturns", .contract, noHandlerBeginsAfterCancelAndWaitReturns),
+        .init("operationsAfterCancelAreTypedErrors", .contract, operationsAfterCancelAreTypedErrors),
+        .init("aHandlerCanCancelItself", .contract, aHandlerCanCancelItself),
+        .init("cancelAndWaitWaitsForARunningHandler", .contract, cancelAndWaitWaitsForARunningHandler),
+        .init(
+            "aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt", .contract,
+            aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt),
+        .init("shutdownCancelsTimersAndRefusesNewOnes", .contract, shutdownCancelsTimersAndRefusesNewOnes),
+        .init("aShutDownBackendLetsGoOfEverythingItWasGiven", .contract, aShutDownBackendLetsGoOfEverythingItWasGiven),
+        .init("timersAreRegisteredUnderUniqueNames", .contract, timersAreRegisteredUnderUniqueNames),
+        .init("aReleasedTargetEndsItsTimers", .contract, aReleasedTargetEndsItsTimers),
+        .init("registryObserversRecordLateness", .contract, registryObserversRecordLateness),
     ]
-    static let adversarial: [ConformanceCheck] = [
-        ConformanceCheck("aFinishedOneShotsCapturesMayCallBackWhenReleased", .adversarial, Checks.Adversarial.aFinishedOneShotsCapturesMayCallBackWhenReleased),
-        ConformanceCheck("aCancelledTimersCapturesMayCallBackWhenReleased", .adversarial, Checks.Adversarial.aCancelledTimersCapturesMayCallBackWhenReleased),
-        ConformanceCheck("aTargetReleasedDuringItsActionMayCallBackFromItsDeinit", .adversarial, Checks.Adversarial.aTargetReleasedDuringItsActionMayCallBackFromItsDeinit),
-        ConformanceCheck("observersMayCallBackWhenReleased", .adversarial, Checks.Adversarial.observersMayCallBackWhenReleased),
-        ConformanceCheck("shutdownMayReleaseCapturesThatCallBack", .adversarial, Checks.Adversarial.shutdownMayReleaseCapturesThatCallBack),
-        ConformanceCheck("cancellingAtTheMomentOfFiringNeverHangsNorFiresAfterwards", .adversarial, Checks.Adversarial.cancellingAtTheMomentOfFiringNeverHangsNorFiresAfterwards),
-        ConformanceCheck("suspendResumeAndRescheduleRacingFireKeepTheirPromises", .adversarial, Checks.Adversarial.suspendResumeAndRescheduleRacingFireKeepTheirPromises),
-        ConformanceCheck("toleranceBeyondTheIntervalIsCappedAtHalfOfIt", .adversarial, Checks.Adversarial.toleranceBeyondTheIntervalIsCappedAtHalfOfIt),
-        ConformanceCheck("shutdownFromInsideAHandler", .adversarial, Checks.Adversarial.shutdownFromInsideAHandler),
-        ConformanceCheck("shutdownFromTheCallersQueueOrLoop", .adversarial, needs: [.callerContext], Checks.Adversarial.shutdownFromTheCallersQueueOrLoop),
-        ConformanceCheck("afterShutdownReturnsNoHandlerIsRunning", .adversarial, Checks.Adversarial.afterShutdownReturnsNoHandlerIsRunning),
-        ConformanceCheck("shutdownWhileOtherThreadsSchedule", .adversarial, Checks.Adversarial.shutdownWhileOtherThreadsSchedule),
-        ConformanceCheck("resumeAndRescheduleAfterShutdownAreRefused", .adversarial, Checks.Adversarial.resumeAndRescheduleAfterShutdownAreRefused),
+}
+
+extension Checks.Adversarial {
+    static let checks: [ConformanceCheck] = [
+        .init("aFinishedOneShotsCapturesMayCallBackWhenReleased", .adversarial, aFinishedOneShotsCapturesMayCallBackWhenReleased),
+        .init("aCancelledTimersCapturesMayCallBackWhenReleased", .adversarial, aCancelledTimersCapturesMayCallBackWhenReleased),
+        .init(
+            "aTargetReleasedDuringItsActionMayCallBackFromItsDeinit", .adversarial, aTargetReleasedDuringItsActionMayCallBackFromItsDeinit),
+        .init("observersMayCallBackWhenReleased", .adversarial, observersMayCallBackWhenReleased),
+        .init("shutdownMayReleaseCapturesThatCallBack", .adversarial, shutdownMayReleaseCapturesThatCallBack),
+        .init(
+            "cancellingAtTheMomentOfFiringNeverHangsNorFiresAfterwards", .adversarial,
+            cancellingAtTheMomentOfFiringNeverHangsNorFiresAfterwards),
+        .init("suspendResumeAndRescheduleRacingFireKeepTheirPromises", .adversarial, suspendResumeAndRescheduleRacingFireKeepTheirPromises),
+        .init("toleranceBeyondTheIntervalIsCappedAtHalfOfIt", .adversarial, toleranceBeyondTheIntervalIsCappedAtHalfOfIt),
+        .init("shutdownFromInsideAHandler", .adversarial, shutdownFromInsideAHandler),
+        .init("shutdownFromTheCallersQueueOrLoop", .adversarial, needs: [.callerContext], shutdownFromTheCallersQueueOrLoop),
+        .init("afterShutdownReturnsNoHandlerIsRunning", .adversarial, afterShutdownReturnsNoHandlerIsRunning),
+        .init("shutdownWhileOtherThreadsSchedule", .adversarial, shutdownWhileOtherThreadsSchedule),
+        .init("resumeAndRescheduleAfterShutdownAreRefused", .adversarial, resumeAndRescheduleAfterShutdownAreRefused),
     ]
-    static let helpers: [ConformanceCheck] = [
-        ConformanceCheck("aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop", .helpers, Checks.Helpers.aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop),
-        ConformanceCheck("aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow", .helpers, Checks.Helpers.aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow),
-        ConformanceCheck("withTimeoutCancelsAnOperationThatRunsOutOfTime", .helpers, Checks.Helpers.withTimeoutCancelsAnOperationThatRunsOutOfTime),
-        ConformanceCheck("callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises", .helpers, Checks.Helpers.callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises),
-        ConformanceCheck("workWhoseCapturesCallBackIntoTimerKitWhenReleased", .helpers, Checks.Helpers.workWhoseCapturesCallBackIntoTimerKitWhenReleased),
-        ConformanceCheck("shuttingDownFromInsideDebouncedWork", .helpers, Checks.Helpers.shuttingDownFromInsideDebouncedWork),
-        ConformanceCheck("anOwnedTimerIsCancelledWhenItsOwnerGoes", .helpers, Checks.Helpers.anOwnedTimerIsCancelledWhenItsOwnerGoes),
-        ConformanceCheck("theLiveTimerCapHolds", .helpers, Checks.Helpers.theLiveTimerCapHolds),
-        ConformanceCheck("everyTimerIsToldWhyItEnded", .helpers, Checks.Helpers.everyTimerIsToldWhyItEnded),
-        ConformanceCheck("aJitteredTimerFiresWithinItsWindowAfterEachGridPoint", .helpers, Checks.Helpers.aJitteredTimerFiresWithinItsWindowAfterEachGridPoint),
-        ConformanceCheck("asyncDebouncedWorkRunsOnceAsATaskOnTheLoop", .helpers, Checks.Helpers.asyncDebouncedWorkRunsOnceAsATaskOnTheLoop),
+}
+
+extension Checks.Helpers {
+    static let checks: [ConformanceCheck] = [
+        .init("aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop", .helpers, aDebouncedBurstRunsTheLastCallsWorkOnceOnTheLoop),
+        .init(
+            "aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow", .helpers,
+            aLeadingThrottlerRunsTheFirstCallAndDropsTheRestOfItsWindow),
+        .init("withTimeoutCancelsAnOperationThatRunsOutOfTime", .helpers, withTimeoutCancelsAnOperationThatRunsOutOfTime),
+        .init(
+            "callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises", .helpers,
+            callsAndCancelsRacingTheFiresFromOtherThreadsKeepTheirPromises),
+        .init("workWhoseCapturesCallBackIntoTimerKitWhenReleased", .helpers, workWhoseCapturesCallBackIntoTimerKitWhenReleased),
+        .init("shuttingDownFromInsideDebouncedWork", .helpers, shuttingDownFromInsideDebouncedWork),
+        .init("anOwnedTimerIsCancelledWhenItsOwnerGoes", .helpers, anOwnedTimerIsCancelledWhenItsOwnerGoes),
+        .init("theLiveTimerCapHolds", .helpers, theLiveTimerCapHolds),
+        .init("everyTimerIsToldWhyItEnded", .helpers, everyTimerIsToldWhyItEnded),
+        .init("aJitteredTimerFiresWithinItsWindowAfterEachGridPoint", .helpers, aJitteredTimerFiresWithinItsWindowAfterEachGridPoint),
+        .init("asyncDebouncedWorkRunsOnceAsATaskOnTheLoop", .helpers, asyncDebouncedWorkRunsOnceAsATaskOnTheLoop),
     ]
-    static let concurrency: [ConformanceCheck] = [
-        ConformanceCheck("aSleepEndsNoEarlierThanItsDeadline", .concurrency, needs: [.concurrency], Checks.Concurrency.aSleepEndsNoEarlierThanItsDeadline),
-        ConformanceCheck("aSleepIsInTheRegistryWhileItWaits", .concurrency, needs: [.concurrency], Checks.Concurrency.aSleepIsInTheRegistryWhileItWaits),
-        ConformanceCheck("cancellingTheTaskEndsTheSleepAtOnce", .concurrency, needs: [.concurrency], Checks.Concurrency.cancellingTheTaskEndsTheSleepAtOnce),
-        ConformanceCheck("sleepingOnAShutDownBackendThrowsItsError", .concurrency, needs: [.concurrency], Checks.Concurrency.sleepingOnAShutDownBackendThrowsItsError),
-        ConformanceCheck("aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds", .concurrency, needs: [.concurrency], Checks.Concurrency.aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds),
-        ConformanceCheck("aSlowConsumerIsALateHandler", .concurrency, needs: [.concurrency], Checks.Concurrency.aSlowConsumerIsALateHandler),
-        ConformanceCheck("aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted", .concurrency, needs: [.concurrency], Checks.Concurrency.aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted),
-        ConformanceCheck("aBurstingSequenceDeliversEveryMissedTick", .concurrency, needs: [.concurrency], Checks.Concurrency.aBurstingSequenceDeliversEveryMissedTick),
-        ConformanceCheck("theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown", .concurrency, needs: [.concurrency], Checks.Concurrency.theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown),
-        ConformanceCheck("cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer", .concurrency, needs: [.concurrency], Checks.Concurrency.cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer),
-        ConformanceCheck("aSequenceIsIteratedOnce", .concurrency, needs: [.concurrency], Checks.Concurrency.aSequenceIsIteratedOnce),
-        ConformanceCheck("repeatsOfATaskAreFixedDelayAndNeverOverlap", .concurrency, needs: [.concurrency], Checks.Concurrency.repeatsOfATaskAreFixedDelayAndNeverOverlap),
-        ConformanceCheck("cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt", .concurrency, needs: [.concurrency], Checks.Concurrency.cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt),
-        ConformanceCheck("endedReturnsOnceATimerHasEndedAndItsHandlerReturned", .concurrency, needs: [.concurrency], Checks.Concurrency.endedReturnsOnceATimerHasEndedAndItsHandlerReturned),
-        ConformanceCheck("aTimeoutAroundEndedReturnsWhenItRunsOut", .concurrency, needs: [.concurrency], Checks.Concurrency.aTimeoutAroundEndedReturnsWhenItRunsOut),
-        ConformanceCheck("aTaskMayBeIsolatedToTheMainActor", .concurrency, needs: [.concurrency], Checks.Concurrency.aTaskMayBeIsolatedToTheMainActor),
-        ConformanceCheck("aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers", .concurrency, needs: [.realTime, .concurrency], Checks.Concurrency.aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers),
-        ConformanceCheck("aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers", .concurrency, needs: [.realTime, .concurrency], Checks.Concurrency.aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers),
-        ConformanceCheck("tasksOnTheLoopCarryOnAfterTheBackendShutsDown", .concurrency, needs: [.realTime, .concurrency], Checks.Concurrency.tasksOnTheLoopCarryOnAfterTheBackendShutsDown),
-        ConformanceCheck("aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst", .concurrency, needs: [.realTime, .concurrency], Checks.Concurrency.aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst),
-        ConformanceCheck("aTaskOnTheLoopMayShutTheBackendDown", .concurrency, needs: [.realTime, .concurrency], Checks.Concurrency.aTaskOnTheLoopMayShutTheBackendDown),
+}
+
+extension Checks.Concurrency {
+    static let checks: [ConformanceCheck] = [
+        .init("aSleepEndsNoEarlierThanItsDeadline", .concurrency, needs: [.concurrency], aSleepEndsNoEarlierThanItsDeadline),
+        .init("aSleepIsInTheRegistryWhileItWaits", .concurrency, needs: [.concurrency], aSleepIsInTheRegistryWhileItWaits),
+        .init("cancellingTheTaskEndsTheSleepAtOnce", .concurrency, needs: [.concurrency], cancellingTheTaskEndsTheSleepAtOnce),
+        .init("sleepingOnAShutDownBackendThrowsItsError", .concurrency, needs: [.concurrency], sleepingOnAShutDownBackendThrowsItsError),
+        .init(
+            "aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds", .concurrency, needs: [.concurrency],
+            aCountedTickSequenceDeliversEveryTickOnTheGridAndEnds),
+        .init("aSlowConsumerIsALateHandler", .concurrency, needs: [.concurrency], aSlowConsumerIsALateHandler),
+        .init(
+            "aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted", .concurrency, needs: [.concurrency],
+            aTickThatComesWhileTheConsumerIsBusyIsKeptOrCounted),
+        .init("aBurstingSequenceDeliversEveryMissedTick", .concurrency, needs: [.concurrency], aBurstingSequenceDeliversEveryMissedTick),
+        .init(
+            "theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown", .concurrency, needs: [.concurrency],
+            theSequenceEndsWhenItsTimerIsCancelledByNameOrItsBackendShutsDown),
+        .init(
+            "cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer", .concurrency, needs: [.concurrency],
+            cancellingTheConsumersTaskOrDroppingTheSequenceCancelsTheTimer),
+        .init("aSequenceIsIteratedOnce", .concurrency, needs: [.concurrency], aSequenceIsIteratedOnce),
+        .init(
+            "repeatsOfATaskAreFixedDelayAndNeverOverlap", .concurrency, needs: [.concurrency], repeatsOfATaskAreFixedDelayAndNeverOverlap),
+        .init(
+            "cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt", .concurrency, needs: [.concurrency],
+            cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt),
+        .init(
+            "endedReturnsOnceATimerHasEndedAndItsHandlerReturned", .concurrency, needs: [.concurrency],
+            endedReturnsOnceATimerHasEndedAndItsHandlerReturned),
+        .init("aTimeoutAroundEndedReturnsWhenItRunsOut", .concurrency, needs: [.concurrency], aTimeoutAroundEndedReturnsWhenItRunsOut),
+        .init("aTaskMayBeIsolatedToTheMainActor", .concurrency, needs: [.concurrency], aTaskMayBeIsolatedToTheMainActor),
+        .init(
+            "aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers", .concurrency, needs: [.realTime, .concurrency],
+            aTaskOnTheLoopRunsThereAndResumesThereFromItsTimers),
+        .init(
+            "aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers", .concurrency, needs: [.realTime, .concurrency],
+            aTaskThatKeepsYieldingOnTheLoopDoesNotStarveItsTimers),
+        .init(
+            "tasksOnTheLoopCarryOnAfterTheBackendShutsDown", .concurrency, needs: [.realTime, .concurrency],
+            tasksOnTheLoopCarryOnAfterTheBackendShutsDown),
+        .init(
+            "aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst", .concurrency, needs: [.realTime, .concurrency],
+            aJobRunningWhenTheBackendShutsDownFinishesOnTheLoopFirst),
+        .init("aTaskOnTheLoopMayShutTheBackendDown", .concurrency, needs: [.realTime, .concurrency], aTaskOnTheLoopMayShutTheBackendDown),
     ]
-    static let displayDelivery: [ConformanceCheck] = [
-        ConformanceCheck("slowCallbacksDropFramesAndNothingArrivesAfterInvalidate", .displayDelivery, needs: [.displayDelivery], Checks.DisplayDelivery.slowCallbacksDropFramesAndNothingArrivesAfterInvalidate),
-        ConformanceCheck("aPausedLinkIsSilentAndKeepsItsTarget", .displayDelivery, needs: [.displayDelivery], Checks.DisplayDelivery.aPausedLinkIsSilentAndKeepsItsTarget),
+}
+
+extension Checks.DisplayDelivery {
+    static let checks: [ConformanceCheck] = [
+        .init(
+            "slowCallbacksDropFramesAndNothingArrivesAfterInvalidate", .displayDelivery, needs: [.displayDelivery],
+            slowCallbacksDropFramesAndNothingArrivesAfterInvalidate),
+        .init("aPausedLinkIsSilentAndKeepsItsTarget", .displayDelivery, needs: [.displayDelivery], aPausedLinkIsSilentAndKeepsItsTarget),
     ]
-    static let stress: [ConformanceCheck] = [
-        ConformanceCheck("randomOperationsFromManyThreadsKeepEveryPromise", .stress, Checks.Stress.randomOperationsFromManyThreadsKeepEveryPromise),
+}
+
+extension Checks.Stress {
+    static let checks: [ConformanceCheck] = [
+        .init("randomOperationsFromManyThreadsKeepEveryPromise", .stress, randomOperationsFromManyThreadsKeepEveryPromise)
     ]
 }

@@ -5,7 +5,7 @@ import NIOEmbedded
 import NIOPosix
 import Testing
 @_spi(BackendImplementation) import TimerKit
-import TimerKitTestSupport
+import TimerKitConformance
 
 @testable import TimerKitNIO
 

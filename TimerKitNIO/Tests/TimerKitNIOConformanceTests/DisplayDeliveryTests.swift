@@ -1,1 +1,0 @@
-../../../Tests/BackendConformanceTests/DisplayDeliveryTests.swift

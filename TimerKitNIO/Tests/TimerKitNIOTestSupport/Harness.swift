@@ -1,1 +1,0 @@
-../../../Tests/TimerKitTestSupport/Harness.swift

@@ -1,1 +1,0 @@
-../../../Sources/TimerKit/Support/Lock.swift

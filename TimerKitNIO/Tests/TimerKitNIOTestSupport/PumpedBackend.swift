@@ -1,1 +1,0 @@
-../../../Tests/TimerKitTestSupport/PumpedBackend.swift

@@ -12,9 +12,9 @@ BENCH        = Bench/.build/release/timerkit-bench
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
 	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests
 DOCS_OUT    := .build/docs
-MODULES     := TimerKit TimerKitEpoll TimerKitLibevent
+MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance
 
-.PHONY: all setup build lint format test test-nio docs-nio tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup build lint format test test-nio check-conformance docs-nio tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -45,8 +45,9 @@ test: setup lint
 	$(MAKE) --no-print-directory test-nio
 	$(MAKE) --no-print-directory bench-quick
 	$(MAKE) --no-print-directory check-dependencies
+	$(MAKE) --no-print-directory check-conformance
 
-# TimerKitNIO's own tests, and the library's whole conformance suite again on a SwiftNIO loop.
+# TimerKitNIO's own tests, and every contract check (TimerKitConformance) on a SwiftNIO loop.
 test-nio: setup
 	$(SWIFT) build --build-tests $(STRICT) $(NIO_PKG)
 	$(SWIFT) test --skip-build $(NIO_PKG)
@@ -58,12 +59,17 @@ bench-quick: setup
 	Bench/.build/debug/timerkit-bench --quick --json > Bench/.build/bench-quick.json
 	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json Bench/.build/debug/timerkit-bench
 
+# A backend in a package outside the repository (the "Writing a backend" article's code) passes
+# the contract through the TimerKitConformance product.
+check-conformance: setup
+	bash scripts/check-conformance-product.sh
+
 # An app that depends on TimerKit resolves no other package.
 check-dependencies: setup
 	bash scripts/check-no-dependencies.sh
 
 # The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder:
-# the library's tests, then TimerKitNIO's (its own tests and the conformance suite on NIO).
+# the library's tests, then TimerKitNIO's (its own tests and the contract checks on NIO).
 # Sanitized runs are several times slower, and every test starts at once: the watchdogs
 # (30 s, for a hang) wait 4 times as long there, so a busy machine's queue is not taken for one.
 TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=4

@@ -104,9 +104,11 @@ package final class Watchdog: Sendable {
 
     /// How much longer every watchdog waits: `TIMERKIT_WATCHDOG_SCALE` (the sanitizer runs set
     /// 4). Under ThreadSanitizer the whole suite, every test started at once on two cores, takes
-    /// about 25 s, so a test that waits its turn can pass 30 s without hanging.
+    /// about 25 s, so a test that waits its turn can pass 30 s without hanging. Below 1 it
+    /// shortens them: a test of the watchdog itself sets it in a child process.
     static let scale: Double = {
-        guard let text = ProcessInfo.processInfo.environment["TIMERKIT_WATCHDOG_SCALE"], let scale = Double(text), scale >= 1 else {
+        guard let text = ProcessInfo.processInfo.environment["TIMERKIT_WATCHDOG_SCALE"], let scale = Double(text), scale > 0, scale.isFinite
+        else {
             return 1
         }
         return scale

@@ -50,6 +50,32 @@ extension TimerBackend {
     /// each backend starts from a random seed.
     public func seedJitter(_ seed: UInt64) { scheduler.seedJitter(seed) }
 
+    /// What this backend's timers have done since it started or since `resetStatistics()`:
+    /// live timers, fires, cancels, lateness and handler-time histograms, missed ticks, how
+    /// busy its loop was, and the longest handler call. Kept always, in fixed memory.
+    public var statistics: TimerStatistics { scheduler.statistics() }
+
+    /// Starts `statistics` again from now (the live-timer count is always current).
+    public func resetStatistics() { scheduler.resetStatistics() }
+
+    /// Handler calls (and jobs of tasks on the loop) that run at least this long are reported
+    /// to the event observers (`addEventObserver(_:)`) as `TimerBackendEvent.slowHandler`,
+    /// one report per call, with the timer's name, how long it ran and how many timers came
+    /// due meanwhile. Nil, the default, reports none (each job is then not timed on its own).
+    /// A duration below 1 ns counts as 1 ns.
+    public var slowHandlerThreshold: Duration? {
+        get { scheduler.slowHandlerThreshold }
+        set { scheduler.slowHandlerThreshold = newValue }
+    }
+
+    /// Tells `observer` of every later event of this backend as a whole: slow handlers, a
+    /// loop failure, shutdown. It runs outside TimerKit's locks, on the thread where the event
+    /// happened (the loop's, for a slow handler: after the batch of handlers it was in), and
+    /// must be quick. It is kept for the backend's lifetime.
+    public func addEventObserver(_ observer: @escaping @Sendable (TimerBackendEvent) -> Void) {
+        scheduler.addEventObserver(observer)
+    }
+
     /// The backend's current time (CLOCK_MONOTONIC; virtual for Manual).
     public func now() -> MonotonicInstant { scheduler.now() }
 

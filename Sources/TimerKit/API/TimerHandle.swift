@@ -70,6 +70,11 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// Handler calls left; -1 for unlimited.
     @exclusivity(unchecked) var remaining: Int
     @exclusivity(unchecked) var fires: Int = 0
+    /// The lateness of its latest handler call and the most of any (ns), and the grid points
+    /// it has missed: for its snapshot.
+    @exclusivity(unchecked) var lastLateness: UInt64 = 0
+    @exclusivity(unchecked) var maxLateness: UInt64 = 0
+    @exclusivity(unchecked) var missedTicks: Int = 0
     /// Its place among timers of equal deadline: the sequence of the latest queue or reset.
     /// Greater than `entrySequence` when a reset moved it later and its entry waits to be
     /// re-filed as it reaches the top.
@@ -123,7 +128,9 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         TimerSnapshot(
             name: name, backend: scheduler.backendName, state: state, fires: fires,
             nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: RepeatRule.dueTime(self)) : nil,
-            interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)))
+            interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)),
+            lastLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: lastLateness)),
+            maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: maxLateness)), missedTicks: missedTicks)
     }
 
     /// Whether this is a target-action timer whose target has been released. Call it only

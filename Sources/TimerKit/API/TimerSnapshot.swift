@@ -12,8 +12,15 @@ public struct TimerSnapshot: Sendable, CustomStringConvertible {
     public let nextDeadline: MonotonicInstant?
     /// The repeat interval; nil for one-shots.
     public let interval: Duration?
+    /// How late its latest handler call began (from the tick's due time); nil before its first.
+    public let lastLateness: Duration?
+    /// The most any of its handler calls was late; nil before its first.
+    public let maxLateness: Duration?
+    /// Grid points it missed (skipped by `.skip`, passed over by a `.delay` restart).
+    public let missedTicks: Int
 
     public var description: String {
-        "\(name) [\(backend)] \(state) fires=\(fires) next=\(nextDeadline.map(\.description) ?? "-")"
+        let late = lastLateness.map { " late=\($0) max=\(maxLateness ?? $0)" } ?? ""
+        return "\(name) [\(backend)] \(state) fires=\(fires)\(late) missed=\(missedTicks) next=\(nextDeadline.map(\.description) ?? "-")"
     }
 }

@@ -87,6 +87,25 @@ struct TimerQueue<Element: AnyObject> {
         return entries.map { $0.element.takeRetainedValue() }
     }
 
+    /// How many entries `isLive` says are live with keys at or before `key`: the timers due by
+    /// then. Visits only those entries (none below an entry is earlier than it) and their
+    /// children. For slow-handler reports, which are rare.
+    func countDue(by key: UInt64, isLive: (Entry) -> Bool) -> Int {
+        var count = 0
+        var stack = [0]
+        while let index = stack.popLast() {
+            guard index < entries.count, entries[index].key <= key else { continue }
+            if isLive(entries[index]) { count += 1 }
+            let first = 4 * index + 1
+            var child = first
+            while child < min(first + 4, entries.count) {
+                stack.append(child)
+                child += 1
+            }
+        }
+        return count
+    }
+
     /// How many entries satisfy `predicate`. O(n): tests only.
     func count(where predicate: (Entry) -> Bool) -> Int {
         entries.reduce(0) { $0 + (predicate($1) ? 1 : 0) }

@@ -36,6 +36,7 @@ extension TimerScheduler {
         }
         timer.state = .cancelled
         timer.endCause = cause
+        stats.cancels += 1
         retireLocked(timer)
         let swept = takeSweptLocked()
         // Drop the handler now: a closure that captured its own handle would otherwise keep

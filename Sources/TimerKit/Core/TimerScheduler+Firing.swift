@@ -47,12 +47,15 @@ extension TimerScheduler {
         while fired < Self.maxFiresPerCall, !isShutDown, let timer = popDueLocked(now: now, into: &released) {
             fired += 1
             let call = beginCallLocked(timer)
+            let began = call.tick.actual.nanoseconds
             mutex.unlock()
             // `consume`: without it a debug build keeps `call` (and the handler, tick and
             // target it holds) alive to the end of this scope, after the lock below.
             let called = perform(consume call)
+            let finished = clock.now().nanoseconds
             mutex.lock()
             endCallLocked(timer, called: called)
+            if called { recordHandlerLocked(timer, began: began, finished: finished) }
             if timer.extras?.runsTasks == true && called {
                 // Its task decides what follows, when it returns (`taskReturned`). If it has
                 // returned already, during this call, the timer may have ended with this call
@@ -100,9 +103,11 @@ extension TimerScheduler {
             swap(&batch, &spareJobs)
             swap(&batch, &jobs)
         }
+        let events = takeEventsLocked()
+        let timesEachJob = !batch.isEmpty && slowHandlerNanoseconds > 0
         // Work left for after the lock keeps this call "firing" until it is done, so that
         // `shutdown` does not return while finished timers are still leaving the registry.
-        let hasWrapUp = !released.isEmpty || failure != nil || !batch.isEmpty
+        let hasWrapUp = !released.isEmpty || failure != nil || !batch.isEmpty || !events.events.isEmpty
         if !hasWrapUp {
             swap(&released, &spareReleased)  // empty: nothing is released here
             endFiringLocked()
@@ -112,13 +117,28 @@ extension TimerScheduler {
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
         for item in released { for waiter in item.endWaiters { waiter.action() } }
         released.removeAll(keepingCapacity: true)
+        deliver(events)
         if failure != nil { finishShutdown(stopped) }
-        if !batch.isEmpty {
+        let ranJobs = !batch.isEmpty
+        let jobsBegan = ranJobs ? clock.now().nanoseconds : 0
+        var jobsFinished = jobsBegan
+        if ranJobs {
             let executor = asUnownedTaskExecutor()
-            for job in batch { job.runSynchronously(on: executor) }
+            for job in batch {
+                job.runSynchronously(on: executor)
+                // Each job is timed on its own only when slow ones are reported.
+                if timesEachJob {
+                    let began = jobsFinished
+                    jobsFinished = clock.now().nanoseconds
+                    mutex.withLock { recordJobLocked(began: began, finished: jobsFinished) }
+                }
+            }
             batch.removeAll(keepingCapacity: true)
+            if !timesEachJob { jobsFinished = clock.now().nanoseconds }
         }
         mutex.lock()
+        if ranJobs && !timesEachJob { stats.busyNanoseconds &+= jobsFinished &- jobsBegan }
+        let jobEvents = takeEventsLocked()
         if spareReleased.capacity < released.capacity { swap(&released, &spareReleased) }
         if spareJobs.capacity < batch.capacity { swap(&batch, &spareJobs) }
         // Jobs queued while the batch ran (a task's next step) need a wake-up of their own.
@@ -126,6 +146,7 @@ extension TimerScheduler {
         endFiringLocked()
         mutex.unlock()
         for job in stranded { globalConcurrentExecutor.enqueue(job) }
+        deliver(jobEvents)
     }
 
     func endFiringLocked() {
@@ -165,6 +186,15 @@ extension TimerScheduler {
         let actual = clock.now()
         let missed = RepeatRule.catchUp(timer, now: actual.nanoseconds)
         let scheduled = RepeatRule.dueTime(timer)
+        let late = actual.nanoseconds > scheduled ? actual.nanoseconds - scheduled : 0
+        stats.recordLateness(late)
+        stats.fires += 1
+        timer.lastLateness = late
+        if late > timer.maxLateness { timer.maxLateness = late }
+        if missed > 0 {
+            timer.missedTicks += missed
+            if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
+        }
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 {
             timer.deadline = timer.deadline.saturatingAdd(timer.interval)

@@ -66,11 +66,19 @@ extension TimerScheduler {
                 }
                 ended.append(timer)
             }
+            var events: [TimerBackendEvent] = []
+            if !hasReportedShutdown {
+                hasReportedShutdown = true
+                if let loopFailure { events.append(.loopFailed(backend: backendName, cause: loopFailure)) }
+                events.append(.shutDown(backend: backendName, endedTimers: ended.count))
+            }
+            let observers = eventObservers
             mutex.unlock()
             for task in tasks { task.cancel() }
             registry.remove(ended)
             for item in released { for waiter in item.endWaiters { waiter.action() } }
             withExtendedLifetime(released) {}
+            deliver((events, observers))
         }
         // Ended timers waiting in the registry's removal batch hold this scheduler, which
         // holds the registry: let them go now, or a dropped registry would never be freed.

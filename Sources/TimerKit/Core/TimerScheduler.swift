@@ -84,6 +84,16 @@ import Synchronization
     /// under the lock by the outermost `fireDueTimers` and put back, empty, under the lock.
     @exclusivity(unchecked) var spareJobs: [UnownedJob] = []
     @exclusivity(unchecked) var spareReleased: [Released] = []
+    /// What `statistics` reports, recorded as timers fire.
+    @exclusivity(unchecked) var stats: StatisticsRecorder
+    /// Handlers and jobs that run at least this long (ns) are reported; 0: none is.
+    @exclusivity(unchecked) var slowHandlerNanoseconds: UInt64 = 0
+    /// Observers of whole-backend events, and the events waiting to be told to them after
+    /// the lock is released.
+    @exclusivity(unchecked) var eventObservers: [@Sendable (TimerBackendEvent) -> Void] = []
+    @exclusivity(unchecked) var pendingEvents: [TimerBackendEvent] = []
+    /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
+    @exclusivity(unchecked) var hasReportedShutdown = false
 
     static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
@@ -96,9 +106,13 @@ import Synchronization
         self.registry = registry
         self.clock = clock
         self.taskExecutor = taskExecutor
+        self.stats = StatisticsRecorder(since: clock.now().nanoseconds)
     }
 
-    deinit { registry.retire(registryShard) }
+    deinit {
+        registry.retire(registryShard)
+        stats.free()
+    }
 
     /// Connects the backend's driver. The scheduler holds it weakly (the backend owns the scheduler).
     public func attach(_ driver: any TimerDriver) {

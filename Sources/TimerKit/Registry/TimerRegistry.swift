@@ -159,6 +159,9 @@ public final class TimerRegistry: @unchecked Sendable {
 
     func refusedByLiveTimerLimit(in shard: RegistryShard) -> Int { withCurrent { shard.refusedByLimit } }
 
+    /// Live timers in `shard`'s slots: its scheduler's.
+    func liveTimers(in shard: RegistryShard) -> Int { withCurrent { shard.live } }
+
     func maxLiveTimers(in shard: RegistryShard) -> Int? {
         let limit = withCurrent { shard.maxLive }
         return limit == .max ? nil : limit

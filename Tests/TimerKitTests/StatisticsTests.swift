@@ -1,0 +1,136 @@
+import Testing
+@_spi(BackendImplementation) import TimerKit
+import TimerKitTestSupport
+
+/// `statistics`, slow-handler reports and backend events, with exact figures on virtual time.
+@Suite("Statistics and slow handlers")
+struct StatisticsTests {
+    let registry = TimerRegistry()
+
+    /// "a" fires on time at 10 ms and takes 3 ms; "b", due at 11 ms, waits for it and fires
+    /// 2 ms late. Over the 20 ms since the backend started, handlers ran 3 ms: busy 15 %.
+    @Test func figuresAreExactOnVirtualTime() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        try clock.schedule(.after(ms(10)), name: "a") { _ in clock.advance(by: ms(3)) }
+        try clock.schedule(.after(ms(11)), name: "b") { _ in }
+        try clock.schedule(.after(ms(50)), name: "c") { _ in }.cancel()
+        try clock.schedule(.after(ms(60)), name: "d") { _ in }
+        clock.advance(by: ms(20))
+        let stats = clock.statistics
+        #expect(stats.backend == "manual")
+        #expect(stats.liveTimers == 1)
+        #expect(stats.fires == 2 && stats.cancels == 1)
+        #expect(stats.lateness.count == 2 && stats.lateness.max == ms(2))
+        #expect(stats.lateness.p50 == .zero && stats.lateness.p99 == ms(2))
+        #expect(stats.handlerTime.count == 2 && stats.handlerTime.max == ms(3) && stats.handlerTime.p50 == .zero)
+        #expect(stats.busyFraction == 0.15)
+        #expect(stats.longestHandler?.name == "a" && stats.longestHandler?.duration == ms(3))
+        #expect(stats.at - stats.since == ms(20))
+        #expect(stats.missedTicks[.skip] == 0 && stats.missedTicks[.delay] == 0)
+    }
+
+    @Test func resetStartsTheFiguresAgainButKeepsTheLiveCount() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        try clock.schedule(.every(ms(10)), name: "tick") { _ in clock.advance(by: ms(1)) }
+        clock.advance(by: ms(30))
+        #expect(clock.statistics.fires == 3)
+        clock.resetStatistics()
+        let fresh = clock.statistics
+        #expect(fresh.fires == 0 && fresh.cancels == 0 && fresh.lateness.count == 0 && fresh.handlerTime.count == 0)
+        #expect(fresh.longestHandler == nil && fresh.busyFraction == 0 && fresh.liveTimers == 1)
+        #expect(fresh.lateness.p99 == .zero && fresh.lateness.description == "none")
+        clock.advance(by: ms(10))
+        #expect(clock.statistics.fires == 1 && clock.statistics.busyFraction == 0.1)
+    }
+
+    /// A handler that overruns two grid points: `.skip` drops one and fires the next 5 ms
+    /// late; `.delay` restarts the grid, passing over both. The snapshot says which timer.
+    @Test func missedTicksAreCountedByPolicyAndPerTimer() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let skipping = try clock.schedule(.every(ms(10), count: 2), name: "skipping", missedTicks: .skip) { tick in
+            if tick.index == 0 { clock.advance(by: ms(25)) }
+        }
+        let delaying = try clock.schedule(.every(ms(100), count: 2), name: "delaying", missedTicks: .delay) { tick in
+            if tick.index == 0 { clock.advance(by: ms(350)) }
+        }
+        let before = try #require(skipping.snapshot as TimerSnapshot?)
+        #expect(before.lastLateness == nil && before.maxLateness == nil && before.missedTicks == 0)
+        clock.advance(by: ms(40))
+        let snapshot = skipping.snapshot
+        #expect(snapshot.missedTicks == 1 && snapshot.lastLateness == ms(5) && snapshot.maxLateness == ms(5))
+        clock.advance(by: ms(1000))
+        #expect(delaying.snapshot.missedTicks == 2)
+        let stats = clock.statistics
+        #expect(stats.missedTicks[.skip] == 1 && stats.missedTicks[.delay] == 2 && stats.missedTicks[.burst] == 0)
+        #expect(registry.snapshot().isEmpty)  // both finished
+    }
+
+    /// With a threshold, a handler that runs past it is reported once, after its batch, with
+    /// the timer's name, the time it took and the timers that came due meanwhile. A quick
+    /// handler is not; without a threshold nothing is.
+    @Test func aSlowHandlerIsReportedWithItsNameDurationAndTheTimersItDelayed() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let events = Locked<[TimerBackendEvent]>([])
+        clock.addEventObserver { event in events.withLock { $0.append(event) } }
+        #expect(clock.slowHandlerThreshold == nil)
+        try clock.schedule(.after(ms(10)), name: "unreported") { _ in clock.advance(by: ms(50)) }
+        clock.advance(by: ms(100))
+        #expect(events.current.isEmpty)
+        clock.slowHandlerThreshold = ms(2)
+        #expect(clock.slowHandlerThreshold == ms(2))
+        try clock.schedule(.after(ms(10)), name: "slow") { _ in clock.advance(by: ms(3)) }
+        try clock.schedule(.after(ms(11)), name: "waiting") { _ in }
+        try clock.schedule(.after(ms(12)), name: "also waiting") { _ in clock.advance(by: ms(1)) }
+        try clock.schedule(.after(ms(14)), name: "not yet due") { _ in }
+        clock.advance(by: ms(10))
+        let reports = events.current.compactMap { event -> SlowHandlerReport? in
+            guard case .slowHandler(let report) = event else { return nil }
+            return report
+        }
+        #expect(reports.count == 1)
+        let report = try #require(reports.first)
+        #expect(report.source == .handler(timer: "slow") && report.backend == "manual")
+        #expect(report.duration == ms(3) && report.delayedTimers == 2)
+        #expect(report.description == "manual: the handler of slow ran for 0.003 seconds and delayed 2 timers")
+        clock.slowHandlerThreshold = nil
+        #expect(clock.slowHandlerThreshold == nil)
+    }
+
+    /// Observers hear of a loop failure and of shutdown, once, with the timers it ended; they
+    /// run outside the lock, so one may call back into the backend.
+    @Test func loopFailureAndShutdownAreToldOnceOutsideTheLock() throws {
+        let clock = ManualBackend(registry: registry)
+        let events = Locked<[String]>([])
+        clock.addEventObserver { event in
+            _ = clock.statistics  // re-entering TimerKit from the observer must not deadlock
+            switch event {
+            case .loopFailed(let backend, let cause): events.withLock { $0.append("failed \(backend): \(cause)") }
+            case .shutDown(let backend, let ended): events.withLock { $0.append("shut down \(backend): \(ended)") }
+            case .slowHandler: events.withLock { $0.append("slow") }
+            }
+        }
+        try clock.schedule(.after(ms(10))) { _ in }
+        try clock.schedule(.every(ms(10))) { _ in }
+        withWatchdog { clock.scheduler.fail(with: .systemCall(call: "epoll_wait", errno: 9)) }
+        clock.shutdown()
+        #expect(
+            events.current == [
+                "failed manual: \(TimerError.systemCall(call: "epoll_wait", errno: 9))", "shut down manual: 2",
+            ])
+    }
+
+    /// A bucket spans an eighth of its power of two: a percentile is the bucket's upper bound,
+    /// never above the largest value recorded.
+    @Test func aBucketIsAnEighthOfItsPowerOfTwo() {
+        for value: Int64 in [0, 7, 8, 9, 15, 16, 1_000, 1_000_000, 123_456_789, .max] {
+            let width = DurationHistogram.bucketWidth(at: .nanoseconds(value))
+            #expect(width <= .nanoseconds(max(1, value / 8)), "\(value) ns")
+        }
+        #expect(DurationHistogram.bucketWidth(at: .nanoseconds(2_000_000)) == .nanoseconds(131_072))
+        #expect(DurationHistogram.bucketWidth(at: .zero) == .nanoseconds(1))
+    }
+}

@@ -52,6 +52,11 @@ def main(directory):
     check("allocations per fire on Manual", None if value is None else value / 1000, 0.5, "per fire")
     value = get(manual, "wallClock")
     check("fire path on Manual, p90", None if value is None else value / 1000, 1000, "ns per fire")
+    # What the always-on statistics cost per fire: the same fire path with them on and off.
+    off = get("fire path, repeating timer, statistics off (manual)", "wallClock")
+    if value is not None and off is not None:
+        lines.append(f"info fire path on Manual without statistics, p90: {off / 1000:.1f} ns per fire")
+        check("statistics' cost per fire on Manual (p90 on - off)", (value - off) / 1000, 10, "ns per fire")
     for name in ["debounce by name, calls in one burst (manual)", "debouncer object, calls in one burst (manual)"]:
         value = get(name, "mallocCountTotal")
         # 16 per 1,000-call sample is the harness's own constant (as in the Manual fire path).

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The clock a scheduler reads: CLOCK_MONOTONIC, or virtual time for tests.
 @_spi(BackendImplementation) public enum SchedulerClock: Sendable {
@@ -22,20 +23,27 @@ import Glibc
     }
 }
 
-/// A settable clock for virtual-time backends.
-@_spi(BackendImplementation) public final class VirtualClock: @unchecked Sendable {
-    // @unchecked: `nanoseconds` is guarded by `mutex`.
-    private let mutex = PThreadMutex()
-    private var nanoseconds: UInt64
+/// A settable clock for virtual-time backends. Read without a lock (an atomic load): the
+/// scheduler reads it at least twice per fire.
+@_spi(BackendImplementation) public final class VirtualClock: Sendable {
+    private let nanoseconds: Atomic<UInt64>
 
     /// A clock reading `start`.
-    public init(start: MonotonicInstant) { nanoseconds = start.nanoseconds }
+    public init(start: MonotonicInstant) { nanoseconds = Atomic(start.nanoseconds) }
 
     /// The current virtual time.
-    public var now: MonotonicInstant { mutex.withLock { MonotonicInstant(nanoseconds: nanoseconds) } }
+    public var now: MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds.load(ordering: .acquiring)) }
 
     /// Moves the clock to `instant` if that is later; it never goes back.
     public func move(to instant: MonotonicInstant) {
-        mutex.withLock { nanoseconds = max(nanoseconds, instant.nanoseconds) }
+        // A compare-exchange loop: the library's atomic `max` compared these as signed
+        // integers here (a move to `.distantFuture` did nothing), so it is not used.
+        var current = nanoseconds.load(ordering: .relaxed)
+        while current < instant.nanoseconds {
+            let (exchanged, original) = nanoseconds.compareExchange(
+                expected: current, desired: instant.nanoseconds, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
     }
 }

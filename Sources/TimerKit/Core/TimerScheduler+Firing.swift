@@ -44,18 +44,23 @@ extension TimerScheduler {
         swap(&released, &spareReleased)
         var failure: TimerError?
         var fired = 0
+        var previousCallEnded: MonotonicInstant?
         while fired < Self.maxFiresPerCall, !isShutDown, let timer = popDueLocked(now: now, into: &released) {
             fired += 1
-            let call = beginCallLocked(timer)
+            let call = beginCallLocked(timer, at: previousCallEnded)
             let began = call.tick.actual.nanoseconds
+            let timed = recordsStatistics
             mutex.unlock()
             // `consume`: without it a debug build keeps `call` (and the handler, tick and
             // target it holds) alive to the end of this scope, after the lock below.
             let called = perform(consume call)
-            let finished = clock.now().nanoseconds
+            // Timing the handler costs no extra clock read: the reading that ends this call
+            // is also the next call's start (`Tick.actual`), taken after it was due.
+            let finished = timed ? clock.now() : nil
+            previousCallEnded = finished
             mutex.lock()
             endCallLocked(timer, called: called)
-            if called { recordHandlerLocked(timer, began: began, finished: finished) }
+            if called, let finished { recordHandlerLocked(timer, began: began, finished: finished.nanoseconds) }
             if timer.extras?.runsTasks == true && called {
                 // Its task decides what follows, when it returns (`taskReturned`). If it has
                 // returned already, during this call, the timer may have ended with this call
@@ -179,21 +184,25 @@ extension TimerScheduler {
     }
 
     /// Advances `timer` past this tick under the lock and returns the call to make.
-    func beginCallLocked(_ timer: TimerHandle) -> Call {
+    /// The call begins at `reading`, a clock reading taken after the timer came due (the
+    /// previous call's end, in a batch), or at a fresh reading.
+    func beginCallLocked(_ timer: TimerHandle, at reading: MonotonicInstant? = nil) -> Call {
         let index = timer.fires
         timer.fires += 1
         if timer.remaining > 0 { timer.remaining -= 1 }
-        let actual = clock.now()
+        let actual = reading ?? clock.now()
         let missed = RepeatRule.catchUp(timer, now: actual.nanoseconds)
         let scheduled = RepeatRule.dueTime(timer)
-        let late = actual.nanoseconds > scheduled ? actual.nanoseconds - scheduled : 0
-        stats.recordLateness(late)
-        stats.fires += 1
-        timer.lastLateness = late
-        if late > timer.maxLateness { timer.maxLateness = late }
-        if missed > 0 {
-            timer.missedTicks += missed
-            if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
+        if recordsStatistics {
+            let late = actual.nanoseconds > scheduled ? actual.nanoseconds - scheduled : 0
+            stats.recordLateness(late)
+            stats.fires += 1
+            timer.lastLateness = late
+            if late > timer.maxLateness { timer.maxLateness = late }
+            if missed > 0 {
+                timer.missedTicks += missed
+                if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
+            }
         }
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 {

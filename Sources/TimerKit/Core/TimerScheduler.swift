@@ -86,6 +86,9 @@ import Synchronization
     @exclusivity(unchecked) var spareReleased: [Released] = []
     /// What `statistics` reports, recorded as timers fire.
     @exclusivity(unchecked) var stats: StatisticsRecorder
+    /// Whether fires are recorded in `stats` (always, but for the benchmark that measures
+    /// what recording costs).
+    @exclusivity(unchecked) var recordsStatistics = true
     /// Handlers and jobs that run at least this long (ns) are reported; 0: none is.
     @exclusivity(unchecked) var slowHandlerNanoseconds: UInt64 = 0
     /// Observers of whole-backend events, and the events waiting to be told to them after

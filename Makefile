@@ -8,13 +8,15 @@ SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors
 BENCH_PKG   := --package-path Bench
 NIO_PKG     := --package-path TimerKitNIO
+OBS_PKG     := --package-path TimerKitObservability
 BENCH        = Bench/.build/release/timerkit-bench
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
-	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests
+	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests \
+	TimerKitObservability/Package.swift TimerKitObservability/Sources TimerKitObservability/Tests
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance
 
-.PHONY: all setup build lint format test test-nio check-conformance docs-nio tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup build lint format test test-nio test-observability check-conformance docs-nio docs-observability tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -43,6 +45,7 @@ test: setup lint
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory test-nio
+	$(MAKE) --no-print-directory test-observability
 	$(MAKE) --no-print-directory bench-quick
 	$(MAKE) --no-print-directory check-dependencies
 	$(MAKE) --no-print-directory check-conformance
@@ -51,6 +54,11 @@ test: setup lint
 test-nio: setup
 	$(SWIFT) build --build-tests $(STRICT) $(NIO_PKG)
 	$(SWIFT) test --skip-build $(NIO_PKG)
+
+# The swift-metrics and swift-log adapters, with those libraries' test handlers.
+test-observability: setup
+	$(SWIFT) build --build-tests $(STRICT) $(OBS_PKG)
+	$(SWIFT) test --skip-build $(OBS_PKG)
 
 # The bench's statistics tests, then a smoke run: every backend appears, the JSON is well formed.
 bench-quick: setup
@@ -117,6 +125,7 @@ docs: setup
 		echo "docs: $(DOCS_OUT)/$$module"; \
 	done
 	$(MAKE) --no-print-directory docs-nio
+	$(MAKE) --no-print-directory docs-observability
 
 # TimerKitNIO's DocC, from its own package, the same way.
 docs-nio: setup
@@ -131,6 +140,18 @@ docs-nio: setup
 	$(call docc_convert,TimerKitNIO/Sources/TimerKitNIO/TimerKitNIO.docc,TimerKitNIO)
 	@echo "docs: $(DOCS_OUT)/TimerKitNIO"
 
+# TimerKitObservability's DocC, from its own package, the same way.
+docs-observability: setup
+	@rm -rf .build-docs/graphs-obs-all .build-docs/graphs-TimerKitObservability $(DOCS_OUT)/TimerKitObservability
+	@mkdir -p .build-docs/graphs-obs-all .build-docs/graphs-TimerKitObservability
+	@touch TimerKitObservability/Sources/TimerKitObservability/*.swift
+	$(SWIFT) build $(OBS_PKG) --scratch-path .build-docs-obs --target TimerKitObservability -Xswiftc -emit-symbol-graph \
+		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-obs-all \
+		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	cp .build-docs/graphs-obs-all/TimerKitObservability*.symbols.json .build-docs/graphs-TimerKitObservability/
+	$(call docc_convert,TimerKitObservability/Sources/TimerKitObservability/TimerKitObservability.docc,TimerKitObservability)
+	@echo "docs: $(DOCS_OUT)/TimerKitObservability"
+
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
 benchmarks: setup
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
@@ -144,5 +165,6 @@ bench-check: setup
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-app Bench/.build Benchmarks/.build TimerKitNIO/.build \
+	rm -rf .build .build-tsan .build-asan .build-docs .build-docs-nio .build-docs-obs .build-app .build-conformance Bench/.build Benchmarks/.build \
+		TimerKitNIO/.build TimerKitObservability/.build \
 		TimerKitNIO/.build-tsan TimerKitNIO/.build-asan

@@ -61,8 +61,10 @@ extension TimerBackend {
     /// Handler calls (and jobs of tasks on the loop) that run at least this long are reported
     /// to the event observers (`addEventObserver(_:)`) as `TimerBackendEvent.slowHandler`,
     /// one report per call, with the timer's name, how long it ran and how many timers came
-    /// due meanwhile. Nil, the default, reports none (each job is then not timed on its own).
-    /// A duration below 1 ns counts as 1 ns.
+    /// due meanwhile. Nil, the default, reports none (each job is then not timed on its own):
+    /// what counts as slow depends on the loop (a 120 Hz frame loop has 8 ms a frame, a
+    /// server's idle timeouts tolerate far more), and nothing is reported unasked. A
+    /// duration below 1 ns counts as 1 ns.
     public var slowHandlerThreshold: Duration? {
         get { scheduler.slowHandlerThreshold }
         set { scheduler.slowHandlerThreshold = newValue }

@@ -47,7 +47,20 @@ public struct DurationHistogram: Sendable, CustomStringConvertible {
     public let count: Int
     /// The longest one recorded, exactly; zero when none was.
     public let max: Duration
-    let buckets: [UInt64]
+    /// Durations recorded in each bucket, by bucket index.
+    let counts: [UInt64]
+
+    /// The recorded durations bucket by bucket, in increasing order, each with the range of
+    /// durations it covers (never wider than an eighth of its lower bound); empty buckets are
+    /// left out. For exporting the distribution to a metrics system.
+    public var buckets: [(range: ClosedRange<Duration>, count: Int)] {
+        counts.enumerated().compactMap { index, count in
+            guard count > 0 else { return nil }
+            let lower = Duration.nanoseconds(Int64(clamping: DurationBuckets.lowerBound(of: index)))
+            let upper = Duration.nanoseconds(Int64(clamping: DurationBuckets.upperBound(of: index)))
+            return (lower...upper, Int(clamping: count))
+        }
+    }
 
     /// The duration that `percent` % of the recorded ones do not exceed, to within a bucket's
     /// width: the upper bound of the bucket that holds it (never above ``max``). Zero when
@@ -58,7 +71,7 @@ public struct DurationHistogram: Sendable, CustomStringConvertible {
         let share = percent.isNaN ? 0 : Swift.min(Swift.max(percent, 0), 100) / 100
         let rank = Swift.max(1, UInt64((share * Double(count)).rounded(.up)))
         var seen: UInt64 = 0
-        for (index, inBucket) in buckets.enumerated() where inBucket > 0 {
+        for (index, inBucket) in counts.enumerated() where inBucket > 0 {
             seen += inBucket
             if seen >= rank {
                 let upper = DurationBuckets.upperBound(of: index)

@@ -61,7 +61,7 @@ extension TimerScheduler {
         func histogram(offset: Int, count: UInt64, max: UInt64) -> DurationHistogram {
             DurationHistogram(
                 count: Int(clamping: count), max: .nanoseconds(Int64(clamping: max)),
-                buckets: Array(UnsafeBufferPointer(start: buckets + offset, count: DurationBuckets.count)))
+                counts: Array(UnsafeBufferPointer(start: buckets + offset, count: DurationBuckets.count)))
         }
     }
 

@@ -15,6 +15,7 @@ FIRST_FIRE = {"scenario", "backend", "samples", "lateness_us", "p50_us"}
 IDLE = {"scenario", "backend", "seconds", "wakeups", "wakeups_above_baseline", "wakeups_per_second_above_baseline"}
 DISPLAY = {"scenario", "backend", "refresh_hz", "frames", "dropped", "priority", "jitter_us", "lateness_us", "lateness_p50_us"}
 # Each scenario's figures with an interval: every one must carry the interval's keys and its slices.
+TIMERKIT_BACKENDS = {"epoll", "libevent", "dispatch", "runloop", "nio"}
 ESTIMATES = {"latency": ["p50_us"], "throughput": ["schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"],
              "first-fire": ["p50_us"], "fanout": ["cpu_ns_per_fire_estimate"], "idle": ["wakeups_per_second_above_baseline"],
              "display": ["lateness_p50_us"], "async": ["p50_us"]}
@@ -52,6 +53,13 @@ def main(path, bench):
             missing = LATENCY - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys() or ESTIMATE - r.get("p50_us", {}).keys()
             if r.get("fires", 0) <= 0:
                 problems.append(f"latency {r.get('backend')}: no fires")
+            # A TimerKit backend's own statistics of the same fires agree with the bench's
+            # measurement, to within a histogram bucket (the floor and raw peers have none).
+            stats = r.get("statistics")
+            if r.get("backend") in TIMERKIT_BACKENDS and not stats:
+                problems.append(f"latency {r.get('backend')}: no statistics from the backend")
+            if stats and stats.get("agrees_with_bench") is False:
+                problems.append(f"latency {r.get('backend')}: its statistics disagree with the bench: {stats.get('agreement')}")
         elif kind == "throughput":
             missing = THROUGHPUT - r.keys() or next((ESTIMATE - r[k].keys() for k in ("schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate") if ESTIMATE - r[k].keys()), set())
             if r.get("schedule_ns", 0) <= 0 or r.get("reset_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:

@@ -176,11 +176,44 @@ extension BenchReport {
         }.joined()
         body += "</ul>"
         for chart in charts() { body += chart }
+        body += statisticsPanel()
         body += "<h2>All figures</h2><pre>\(escape(table()))</pre>"
         return """
             <!doctype html><html><head><meta charset="utf-8"><title>TimerKit bench</title>
             <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}svg{display:block;margin:1em 0}pre{font-size:12px;background:#f6f6f6;padding:1em;overflow-x:auto}</style>
             </head><body>\(body)</body></html>
+            """
+    }
+
+    /// Per backend, what its own `statistics` said during the latency run, and whether that
+    /// agrees with the bench's measurement of the same fires.
+    func statisticsPanel() -> String {
+        let described = results.compactMap { result -> (String, BackendFigures)? in
+            guard case let .latency(r) = result, let figures = r.statistics else { return nil }
+            return (r.backend, figures)
+        }
+        guard !described.isEmpty else { return "" }
+        var rows = ""
+        for (backend, s) in described {
+            let agrees = s.agreesWithBench.map { $0 ? "yes" : "no" } ?? "-"
+            let cells = [
+                backend, "\(s.fires)", format(s.latenessP50Us), format(s.latenessP99Us), format(s.latenessMaxUs), format(s.handlerP50Us),
+                format(s.handlerP99Us), String(format: "%.3f", s.busyPercent), "\(s.missed)",
+                "\(s.longestHandler) (\(format(s.longestHandlerUs)))", agrees,
+            ]
+            rows += "<tr>" + cells.map { "<td>\(escape($0))</td>" }.joined() + "</tr>"
+            if let agreement = s.agreement { rows += "<tr><td></td><td colspan='10'><small>\(escape(agreement))</small></td></tr>" }
+        }
+        let header = [
+            "backend", "fires", "late p50 µs", "late p99 µs", "late max µs", "handler p50 µs", "handler p99 µs", "busy %", "missed",
+            "longest handler (µs)", "agrees with bench",
+        ]
+        return """
+            <h2 id="statistics">What each backend said of itself</h2>
+            <p>Each backend's <code>statistics</code> over the latency run's slices: its lateness and handler-time \
+            histograms, how busy its loop was, and whether its lateness p50 and p90 lie within a histogram bucket of the \
+            bench's own measurement of the same fires.</p>
+            <table style="border-collapse:collapse;font-size:13px"><tr>\(header.map { "<th style='text-align:left;padding:2px 6px'>\($0)</th>" }.joined())</tr>\(rows)</table>
             """
     }
 

@@ -19,6 +19,9 @@ struct LatencyResult: Codable {
     var p50Us: Estimate
     /// The lateness distribution: [percentile, µs] pairs, for CDF charts.
     var cdfUs: [[Double]]
+    /// What the backend's own `statistics` said over the same slices; nil for the floor and
+    /// raw peers, which are not TimerKit backends.
+    var statistics: BackendFigures?
 }
 
 /// [percentile, µs] points of a nanosecond histogram, dense where the tail is.
@@ -110,6 +113,7 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
     let rounds = max(1, rounds)
     let slice = seconds / Double(rounds)
     var recorders: [String: LatencyRecorder] = [:]
+    var figures: [String: BackendFiguresCollector] = [:]
     for backend in backends { recorders[backend.name] = LatencyRecorder() }
     for round in 0..<rounds {
         // Interleaved, in an order rotated each round, so that no backend always follows the same one.
@@ -128,6 +132,7 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
                 try instance.schedule(.every(interval), name: "latency-probe", handler: recorder.record)
                 _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
                 instance.shutdown()
+                figures[backend.name, default: BackendFiguresCollector()].add(instance.statistics)
             }
             recorder.endSlice()
         }
@@ -135,10 +140,14 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
     progressDone()
     return backends.compactMap { backend in
         guard let state = recorders[backend.name]?.state.current else { return nil }
+        // With no load, the probe is the backend's only timer: its statistics saw the bench's fires.
+        let histogram = state.histogram
+        let bench: ((Double) -> Double)? = load == .none ? { Double(histogram.valueAtPercentile($0)) / 1000 } : nil
+        let own = figures[backend.name].flatMap { $0.isEmpty ? nil : $0.figures(bench: bench, benchFires: state.fires) }
         return LatencyResult(
             backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue,
             intervalUs: interval.microseconds, fires: state.fires,
             missed: state.missed, latenessUs: Percentiles(state.histogram), p50Us: Estimate(slices: state.sliceP50sUs),
-            cdfUs: cdfPoints(state.histogram))
+            cdfUs: cdfPoints(state.histogram), statistics: own)
     }
 }

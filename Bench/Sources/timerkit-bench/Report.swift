@@ -137,6 +137,27 @@ struct BenchReport: Encodable {
                             refP50 > 0 ? String(format: "%.2fx", r.latenessUs.p50 / refP50) : "-",
                         ]
                     })
+            let described = latency.filter { $0.statistics != nil }
+            if !described.isEmpty {
+                out += "\nwhat each backend's statistics said over the same slices (µs; busy: time in handlers)\n"
+                out += aligned(
+                    [
+                        [
+                            "backend", "fires", "late p50", "p90", "p99", "max", "handler p50", "p99", "busy %", "missed",
+                            "longest handler", "agrees",
+                        ]
+                    ]
+                        + described.compactMap { r in
+                            guard let s = r.statistics else { return nil }
+                            return [
+                                r.backend, "\(s.fires)", format(s.latenessP50Us), format(s.latenessP90Us), format(s.latenessP99Us),
+                                format(s.latenessMaxUs), format(s.handlerP50Us), format(s.handlerP99Us),
+                                String(format: "%.3f", s.busyPercent),
+                                "\(s.missed)", "\(s.longestHandler) \(format(s.longestHandlerUs))",
+                                s.agreesWithBench.map { $0 ? "yes" : "NO: \(s.agreement ?? "")" } ?? "-",
+                            ]
+                        })
+            }
         }
         for second in latency where second.backend.hasSuffix(selfCheckSuffix) {
             guard let first = latency.first(where: { $0.backend + selfCheckSuffix == second.backend }) else { continue }

@@ -134,3 +134,45 @@ struct StatisticsTests {
         #expect(DurationHistogram.bucketWidth(at: .zero) == .nanoseconds(1))
     }
 }
+
+extension StatisticsTests {
+    /// Twenty timers due together, each handler taking a different time: the lateness of each
+    /// call is the sum of the handlers before it, known exactly. Every percentile the histogram
+    /// reports is at or above the exact one, at most an eighth above it, and never above the max.
+    @Test func percentilesAreAtMostAnEighthAboveTheExactValue() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let deadline = clock.now() + ms(1)
+        let takes = (1...20).map { Duration.microseconds($0 * $0 * 37) }
+        for take in takes { try clock.schedule(.at(deadline)) { _ in clock.advance(by: take) } }
+        clock.advance(by: ms(100))
+        var exact: [Duration] = [.zero]
+        for take in takes.dropLast() { exact.append((exact.last ?? .zero) + take) }
+        let lateness = clock.statistics.lateness
+        #expect(lateness.count == 20 && lateness.max == exact.last)
+        for percent in [1.0, 10, 25, 50, 75, 90, 95, 99, 100] {
+            let rank = max(1, Int((percent / 100 * 20).rounded(.up)))
+            let truth = exact[rank - 1]
+            let reported = lateness.percentile(percent)
+            #expect(reported >= truth && reported <= truth + truth / 8 && reported <= lateness.max, "p\(percent)")
+        }
+    }
+
+    /// A job of a task on the loop (`taskExecutor`) that runs past the threshold is reported
+    /// as a slow task.
+    @Test func aSlowTaskOnTheLoopIsReported() async throws {
+        try await withWatchdog {
+            let backend = DispatchBackend(registry: registry)
+            defer { backend.shutdown() }
+            backend.slowHandlerThreshold = ms(10)
+            let reports = Locked<[SlowHandlerReport]>([])
+            backend.addEventObserver { event in
+                if case .slowHandler(let report) = event { reports.withLock { $0.append(report) } }
+            }
+            await Task(executorPreference: backend.taskExecutor) { blockRealTime(ms(30)) }.value
+            #expect(await waitForAsync { !reports.current.isEmpty })
+            let report = try #require(reports.current.first)
+            #expect(report.source == .task && report.duration >= ms(10) && report.backend == "dispatch")
+        }
+    }
+}

@@ -111,6 +111,7 @@ struct StatisticsTests {
             case .loopFailed(let backend, let cause): events.withLock { $0.append("failed \(backend): \(cause)") }
             case .shutDown(let backend, let ended): events.withLock { $0.append("shut down \(backend): \(ended)") }
             case .slowHandler: events.withLock { $0.append("slow") }
+            case .clockChanged: events.withLock { $0.append("clock") }
             }
         }
         try clock.schedule(.after(ms(10))) { _ in }

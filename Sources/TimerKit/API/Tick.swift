@@ -13,6 +13,13 @@ public struct Tick: Sendable {
     /// The repeat interval in force when this tick fired (it reflects a `reschedule`); nil
     /// for one-shots. Without jitter, `scheduled + interval` is the next grid point.
     public let interval: Duration?
+    /// The clock the timer's deadlines are on. `scheduled` and `actual` are on the monotonic
+    /// clock whatever it is: the deadline converted as that clock stood at the fire.
+    public let clock: DeadlineClock
+    /// Whether the timer's clock stepped (`.wall`) or the machine was suspended
+    /// (`.continuous`, `.wall`) since the timer was queued: a deadline the clock jumped past
+    /// fires once, late, with this set. Always false for `.monotonic` timers.
+    public let clockChanged: Bool
     /// The timer that fired: handlers use it to cancel or reschedule themselves.
     public let timer: TimerHandle
 

@@ -52,6 +52,11 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public let id: UInt64
     let scheduler: TimerScheduler
     @exclusivity(unchecked) var state: TimerState = .scheduled
+    /// The clock its deadlines are on: `deadline` counts on it.
+    @exclusivity(unchecked) var clock: DeadlineClock
+    /// The scheduler's count of steps of `clock` when this timer was last queued or fired: a
+    /// fire that finds it behind says so (`Tick.clockChanged`).
+    @exclusivity(unchecked) var clockEpoch: UInt32 = 0
     @exclusivity(unchecked) var policy: MissedTickPolicy
     /// Calls of the handler under way (a handler that runs its loop nested can make two).
     @exclusivity(unchecked) var activeCalls: UInt16 = 0
@@ -96,6 +101,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         self.handler = handler
         self.policy = policy
         self.deadline = resolved.firstDeadline
+        self.clock = resolved.clock
         self.interval = resolved.intervalNanoseconds
         self.remaining = resolved.remaining
     }
@@ -127,7 +133,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     private func snapshotLocked() -> TimerSnapshot {
         TimerSnapshot(
             name: name, backend: scheduler.backendName, state: state, fires: fires,
-            nextDeadline: state == .scheduled ? MonotonicInstant(nanoseconds: RepeatRule.dueTime(self)) : nil,
+            nextDeadline: state == .scheduled
+                ? MonotonicInstant(nanoseconds: scheduler.monotonicLocked(RepeatRule.dueTime(self), on: clock)) : nil,
             interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)),
             lastLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: lastLateness)),
             maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: maxLateness)), missedTicks: missedTicks)

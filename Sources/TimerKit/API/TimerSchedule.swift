@@ -1,5 +1,11 @@
+import Foundation
+
 /// When a timer fires. Build one with `.after`, `.at` or `.every`; values are checked
 /// when the timer is scheduled, and bad ones are reported as `TimerError`s.
+///
+/// Deadlines are on the monotonic clock unless a schedule names another (`DeadlineClock`):
+/// `.at(date:)` and `every(_:from:count:jitter:)` are on the wall clock, and `.after(_:on:)` and
+/// `.every(_:on:firstAfter:count:jitter:)` take the clock to use.
 public struct TimerSchedule: Sendable {
     enum Amount: Sendable {
         case duration(Duration)
@@ -10,10 +16,15 @@ public struct TimerSchedule: Sendable {
         case after(Amount)
         case at(MonotonicInstant)
         case every(Amount, first: Amount?, count: Int?, jitter: Duration)
-        case everyFrom(Amount, start: MonotonicInstant, count: Int?, jitter: Duration)
+        /// `start` in ns on the schedule's clock.
+        case everyFrom(Amount, start: UInt64, count: Int?, jitter: Duration)
+        /// `deadline` in ns on the schedule's clock.
+        case atOwn(UInt64)
     }
 
     let kind: Kind
+    /// The clock the deadlines are on.
+    var clock: DeadlineClock = .monotonic
 
     /// Once, after `delay`.
     public static func after(_ delay: Duration) -> TimerSchedule { .init(kind: .after(.duration(delay))) }
@@ -41,8 +52,39 @@ public struct TimerSchedule: Sendable {
     public static func every(
         _ interval: Duration, startingAt start: MonotonicInstant, count: Int? = nil, jitter: Duration = .zero
     ) -> TimerSchedule {
-        .init(kind: .everyFrom(.duration(interval), start: start, count: count, jitter: jitter))
+        .init(kind: .everyFrom(.duration(interval), start: start.nanoseconds, count: count, jitter: jitter))
     }
+    /// Once, after `delay` on `clock`: on `.continuous`, time the machine spends suspended
+    /// counts toward the delay; on `.wall`, the timer is due at the date `delay` from now,
+    /// whatever steps the wall clock takes meanwhile.
+    public static func after(_ delay: Duration, on clock: DeadlineClock) -> TimerSchedule {
+        .init(kind: .after(.duration(delay)), clock: clock)
+    }
+    /// Once, at `date` on the wall clock (a date in the past fires at once). If the wall clock
+    /// steps, the timer still fires at `date`: never before it.
+    public static func at(date: Date) -> TimerSchedule {
+        .init(kind: .atOwn(Self.wallNanoseconds(date)), clock: .wall)
+    }
+    /// `every(_:firstAfter:count:jitter:)` on `clock`.
+    public static func every(
+        _ interval: Duration, on clock: DeadlineClock, firstAfter: Duration? = nil, count: Int? = nil, jitter: Duration = .zero
+    ) -> TimerSchedule {
+        .init(kind: .every(.duration(interval), first: firstAfter.map { .duration($0) }, count: count, jitter: jitter), clock: clock)
+    }
+    /// Repeatedly on the wall-clock grid `start + k·interval` (k ≥ 0): every hour on the hour,
+    /// say. Grid points already past, or jumped past by a step of the wall clock, are handled
+    /// by the missed-tick policy. `jitter` as in `every(_:firstAfter:count:jitter:)`.
+    public static func every(_ interval: Duration, from start: Date, count: Int? = nil, jitter: Duration = .zero) -> TimerSchedule {
+        .init(kind: .everyFrom(.duration(interval), start: Self.wallNanoseconds(start), count: count, jitter: jitter), clock: .wall)
+    }
+
+    /// Nanoseconds since 1970 of `date`; 0 for dates before it, saturating far after.
+    static func wallNanoseconds(_ date: Date) -> UInt64 {
+        let nanoseconds = date.timeIntervalSince1970 * 1e9
+        guard nanoseconds > 0 else { return 0 }
+        return nanoseconds >= 1.8e19 ? UInt64.max : UInt64(nanoseconds)
+    }
+
     /// `every(_:firstAfter:count:jitter:)` with intervals in seconds (and no jitter).
     public static func every(seconds interval: Double, firstAfter: Double? = nil, count: Int? = nil) -> TimerSchedule {
         .init(kind: .every(.seconds(interval), first: firstAfter.map { .seconds($0) }, count: count, jitter: .zero))
@@ -51,19 +93,32 @@ public struct TimerSchedule: Sendable {
     /// The checked, resolved form: first deadline, interval in ns (0 for one-shots), calls left
     /// (-1: unlimited), the most each fire may be jittered by in ns.
     struct Resolved {
+        /// On `clock`.
         var firstDeadline: UInt64
         var intervalNanoseconds: UInt64
         var remaining: Int
         var jitterNanoseconds: UInt64 = 0
+        var clock: DeadlineClock = .monotonic
     }
 
-    func resolve(now: MonotonicInstant) throws(TimerError) -> Resolved {
+    /// Resolves the schedule at `now` (monotonic), the other clocks being `offsets` ahead.
+    func resolve(now monotonicNow: MonotonicInstant, offsets: ClockOffsets = ClockOffsets(continuous: 0, wall: 0)) throws(TimerError)
+        -> Resolved
+    {
+        var resolved = try resolve(ownNow: MonotonicInstant(nanoseconds: monotonicNow.nanoseconds &+ offsets[clock]))
+        resolved.clock = clock
+        return resolved
+    }
+
+    private func resolve(ownNow now: MonotonicInstant) throws(TimerError) -> Resolved {
         switch kind {
         case let .after(amount):
             let delay = try Self.nanoseconds(amount, parameter: "delay")
             return Resolved(firstDeadline: now.nanoseconds.saturatingAdd(delay), intervalNanoseconds: 0, remaining: 1)
         case let .at(deadline):
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
+        case let .atOwn(deadline):
+            return Resolved(firstDeadline: deadline, intervalNanoseconds: 0, remaining: 1)
         case let .every(amount, first, count, jitter):
             let interval = try Self.intervalNanoseconds(amount)
             let firstDelay =
@@ -77,7 +132,7 @@ public struct TimerSchedule: Sendable {
             let interval = try Self.intervalNanoseconds(amount)
             if let count, count < 1 { throw .invalidCount(count) }
             return Resolved(
-                firstDeadline: start.nanoseconds, intervalNanoseconds: interval, remaining: count ?? -1,
+                firstDeadline: start, intervalNanoseconds: interval, remaining: count ?? -1,
                 jitterNanoseconds: try Self.jitterNanoseconds(jitter, interval: interval))
         }
     }

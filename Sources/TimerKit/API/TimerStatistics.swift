@@ -23,6 +23,9 @@ public struct TimerStatistics: Sendable, CustomStringConvertible {
     /// The share of the time since ``since`` that the loop spent in handlers and in tasks run
     /// on it (`taskExecutor`), from 0 to 1.
     public let busyFraction: Double
+    /// Steps of the wall clock and suspends of the machine seen while timers on those clocks
+    /// were live (each a `TimerBackendEvent.clockChanged`).
+    public let clockChanges: Int
     /// The longest handler call, with its timer's name; nil before the first call.
     public let longestHandler: (name: String, duration: Duration)?
     /// When these figures began: the backend's start, or the last `resetStatistics()`.
@@ -165,4 +168,8 @@ public enum TimerBackendEvent: Sendable {
     case loopFailed(backend: String, cause: TimerError)
     /// The backend shut down; `endedTimers` live timers were ended by it.
     case shutDown(backend: String, endedTimers: Int)
+    /// The wall clock stepped by `step` (`clock` is `.wall`), or the machine was suspended for
+    /// `step` (`.continuous`; the wall clock moves with it): the backend's timers on that clock
+    /// were re-evaluated at once.
+    case clockChanged(backend: String, clock: DeadlineClock, step: Duration)
 }

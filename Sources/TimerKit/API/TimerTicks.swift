@@ -155,7 +155,8 @@ private final class TickStream: @unchecked Sendable {
             let passedOver = kept.map { $0.missed + 1 } ?? 0
             kept = Tick(
                 index: tick.index, scheduled: tick.scheduled, actual: tick.actual, missed: tick.missed + passedOver,
-                interval: tick.interval, timer: tick.timer)
+                interval: tick.interval, clock: tick.clock, clockChanged: tick.clockChanged || kept?.clockChanged == true,
+                timer: tick.timer)
         }
         mutex.unlock()
         continuation?.resume(returning: tick)

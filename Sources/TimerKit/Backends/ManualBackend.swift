@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 
 /// A backend on virtual time, for tests: nothing fires until you advance the clock, and
@@ -35,12 +36,16 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     private var wakeFailure: TimerError?
     private let executor = ManualTaskExecutor()
 
-    /// Creates a manual clock starting at `start`, registering timers in `registry`.
+    /// Creates a manual clock starting at `start`, registering timers in `registry`. Its
+    /// virtual wall clock starts at `wallClockStart` (by default 2026-01-01 00:00:00 UTC, so
+    /// that tests give the same dates on every machine), and its continuous clock with the
+    /// monotonic one.
     public init(
         start: MonotonicInstant = MonotonicInstant(nanoseconds: 1_000_000_000),
-        registry: TimerRegistry = .shared, name: String = "manual"
+        registry: TimerRegistry = .shared, name: String = "manual",
+        wallClockStart: Date = Date(timeIntervalSince1970: 1_767_225_600)
     ) {
-        clock = VirtualClock(start: start)
+        clock = VirtualClock(start: start, wallStart: TimerSchedule.wallNanoseconds(wallClockStart))
         scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock), taskExecutor: executor)
         scheduler.attach(self)
     }
@@ -162,6 +167,34 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 
     /// Fires whatever is due at the current virtual time without moving it.
     public func runDue() { advanceSynchronously(to: clock.now) }
+
+    /// The virtual wall clock's date: it moves with `advance`, and `stepWallClock(by:)` and
+    /// `simulateSuspend(for:)` move it too.
+    public var wallClock: Date {
+        let nanoseconds = clock.now.nanoseconds &+ clock.offsets.wall
+        return Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)
+    }
+
+    /// Steps the virtual wall clock by `step`, forward or back, as an administrator or NTP
+    /// steps a real one; the monotonic and continuous clocks do not move. Timers on the wall
+    /// clock are re-evaluated at once: those the step jumped past fire now, once (their ticks
+    /// say `clockChanged`), and none fires before its date. Observers hear a `clockChanged`
+    /// event. Call it from the test, not from a handler.
+    public func stepWallClock(by step: Duration) {
+        clock.stepWall(by: step.saturatingNanoseconds)
+        scheduler.clockMayHaveChanged()
+        runDue()
+    }
+
+    /// Simulates a suspend of the machine for `duration`: the monotonic clock stands still
+    /// while the continuous and wall clocks move on. On resume, timers on those clocks that
+    /// came due meanwhile fire once, under their missed-tick policy; monotonic timers keep
+    /// their deadlines, which the suspend did not bring nearer. Call it from the test.
+    public func simulateSuspend(for duration: Duration) {
+        clock.suspend(for: UInt64(max(duration, .zero).saturatingNanoseconds))
+        scheduler.clockMayHaveChanged()
+        runDue()
+    }
 
     public func shutdown() {
         scheduler.shutdown()

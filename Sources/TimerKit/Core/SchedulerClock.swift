@@ -21,15 +21,55 @@ import Synchronization
         case let .custom(read): read()
         }
     }
+
+    /// How far the continuous and wall clocks are ahead of this one now; for a custom clock,
+    /// `fixed` (the offsets when the scheduler began: its time is not the kernel's, so the two
+    /// cannot be compared later).
+    func offsets(fixed: ClockOffsets) -> ClockOffsets {
+        switch self {
+        case .monotonic:
+            // Read around the monotonic reading, so that the offsets err by the reads' spacing only.
+            let wall = DeadlineClock.read(.wall)
+            let monotonic = DeadlineClock.read(.monotonic)
+            let continuous = DeadlineClock.read(.continuous)
+            return ClockOffsets(continuous: continuous &- monotonic, wall: wall &- monotonic)
+        case let .virtual(clock): return clock.offsets
+        case .custom: return fixed
+        }
+    }
 }
 
 /// A settable clock for virtual-time backends. Read without a lock (an atomic load): the
-/// scheduler reads it at least twice per fire.
+/// scheduler reads it at least twice per fire. It also keeps a virtual wall clock and a
+/// virtual continuous clock, as offsets from it that a suspend or a step moves.
 @_spi(BackendImplementation) public final class VirtualClock: Sendable {
     private let nanoseconds: Atomic<UInt64>
+    private let continuousOffset: Atomic<UInt64>
+    private let wallOffset: Atomic<UInt64>
 
-    /// A clock reading `start`.
-    public init(start: MonotonicInstant) { nanoseconds = Atomic(start.nanoseconds) }
+    /// A clock reading `start`, whose wall clock reads `wallStart` (ns since 1970) and whose
+    /// continuous clock reads `start` too.
+    public init(start: MonotonicInstant, wallStart: UInt64 = 0) {
+        nanoseconds = Atomic(start.nanoseconds)
+        continuousOffset = Atomic(0)
+        wallOffset = Atomic(wallStart &- start.nanoseconds)
+    }
+
+    var offsets: ClockOffsets {
+        ClockOffsets(continuous: continuousOffset.load(ordering: .acquiring), wall: wallOffset.load(ordering: .acquiring))
+    }
+
+    /// Steps the wall clock by `step` (either way).
+    func stepWall(by step: Int64) {
+        _ = wallOffset.wrappingAdd(UInt64(bitPattern: step), ordering: .acquiringAndReleasing)
+    }
+
+    /// A suspend of `nanoseconds`: the monotonic clock stands still while the continuous and
+    /// wall clocks move on.
+    func suspend(for nanoseconds: UInt64) {
+        _ = continuousOffset.wrappingAdd(nanoseconds, ordering: .acquiringAndReleasing)
+        _ = wallOffset.wrappingAdd(nanoseconds, ordering: .acquiringAndReleasing)
+    }
 
     /// The current virtual time.
     public var now: MonotonicInstant { MonotonicInstant(nanoseconds: nanoseconds.load(ordering: .acquiring)) }

@@ -106,6 +106,20 @@ struct TimerQueue<Element: AnyObject> {
         return count
     }
 
+    /// Gives every entry for which `newKey` returns a key that key, then restores the heap
+    /// order: O(n), for the rare change of a clock's offset.
+    mutating func rekey(_ newKey: (Entry) -> UInt64?) {
+        var changed = false
+        for index in entries.indices {
+            if let key = newKey(entries[index]) {
+                entries[index].key = key
+                changed = true
+            }
+        }
+        guard changed, entries.count > 1 else { return }
+        for index in stride(from: (entries.count - 2) / 4, through: 0, by: -1) { siftDown(from: index) }
+    }
+
     /// How many entries satisfy `predicate`. O(n): tests only.
     func count(where predicate: (Entry) -> Bool) -> Int {
         entries.reduce(0) { $0 + (predicate($1) ? 1 : 0) }

@@ -37,6 +37,7 @@ extension TimerScheduler {
         timer.state = .cancelled
         timer.endCause = cause
         stats.cancels += 1
+        if timer.clock != .monotonic { clockTimerCount -= 1 }
         retireLocked(timer)
         let swept = takeSweptLocked()
         // Drop the handler now: a closure that captured its own handle would otherwise keep
@@ -163,8 +164,13 @@ extension TimerScheduler {
         try mutex.withLock { () throws(TimerError) in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
             if isShutDown { throw shutDownErrorLocked() }
-            let resolved = try schedule.resolve(now: clock.now())
-            let previousKey = timer.entrySequence != 0 ? RepeatRule.latestFireTime(timer) : nil
+            let resolved = try schedule.resolve(now: clock.now(), offsets: clockOffsets)
+            let previousKey = timer.entrySequence != 0 ? keyLocked(timer) : nil
+            if timer.clock != resolved.clock {
+                if timer.clock != .monotonic { clockTimerCount -= 1 }
+                timer.clock = resolved.clock
+                if timer.clock != .monotonic { countClockTimerLocked(timer) }
+            }
             timer.deadline = resolved.firstDeadline
             timer.interval = resolved.intervalNanoseconds
             timer.remaining = resolved.remaining

@@ -39,6 +39,7 @@ extension TimerScheduler {
         armedKey = .max  // the wake-up that brought us here is used up
         if firingDepth == 0 { firingThread = pthread_self() }
         firingDepth += 1
+        if clockTimerCount > 0 { refreshClockOffsetsLocked() }
         let now = clock.now().nanoseconds
         var released: [Released] = []
         swap(&released, &spareReleased)
@@ -73,6 +74,7 @@ extension TimerScheduler {
             } else if isLastCallOverLocked(timer) {
                 timer.state = .finished
                 timer.endCause = .completed
+                if timer.clock != .monotonic { clockTimerCount -= 1 }
                 let observers = dropObserversLocked(timer)
                 released.append(
                     Released(
@@ -171,10 +173,22 @@ extension TimerScheduler {
             }
             if timer.orderSequence != top.sequence {
                 // Reset later while it waited: it takes its new place now, in the order of its reset.
-                let key = RepeatRule.latestFireTime(timer)
+                let key = keyLocked(timer)
                 queue.refileTop(key: key, sequence: timer.orderSequence)
                 timer.entrySequence = timer.orderSequence
                 continue
+            }
+            if timer.clock != .monotonic {
+                // Judged on its own clock, so that it never fires before its deadline there,
+                // whatever its key said: a key made before the wall clock stepped back is early.
+                let ownNow = now &+ clockOffsets[timer.clock]
+                guard RepeatRule.latestFireTime(timer) <= ownNow || RepeatRule.dueTime(timer) <= ownNow else {
+                    guard top.key <= now else { return nil }
+                    queue.refileTop(key: max(keyLocked(timer), now &+ 1), sequence: top.sequence)
+                    continue
+                }
+                timer.entrySequence = 0
+                return queue.popTop()
             }
             guard top.key <= now || RepeatRule.dueTime(timer) <= now else { return nil }
             timer.entrySequence = 0
@@ -191,8 +205,15 @@ extension TimerScheduler {
         timer.fires += 1
         if timer.remaining > 0 { timer.remaining -= 1 }
         let actual = reading ?? clock.now()
-        let missed = RepeatRule.catchUp(timer, now: actual.nanoseconds)
-        let scheduled = RepeatRule.dueTime(timer)
+        let offset = clockOffsets[timer.clock]
+        let ownActual = actual.nanoseconds &+ offset
+        let missed = RepeatRule.catchUp(timer, now: ownActual)
+        let ownScheduled = RepeatRule.dueTime(timer)
+        // The deadline on the monotonic clock, as `Tick` reports it.
+        let scheduled = ownScheduled >= offset ? ownScheduled - offset : 0
+        let epoch = epochLocked(timer.clock)
+        let clockChanged = timer.clockEpoch != epoch
+        timer.clockEpoch = epoch
         if recordsStatistics {
             let late = actual.nanoseconds > scheduled ? actual.nanoseconds - scheduled : 0
             stats.recordLateness(late)
@@ -213,7 +234,7 @@ extension TimerScheduler {
         if let extras = timer.extras, extras.runsTasks { extras.tasksRunning += 1 }
         let tick = Tick(
             index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: actual,
-            missed: missed, interval: interval, timer: timer)
+            missed: missed, interval: interval, clock: timer.clock, clockChanged: clockChanged, timer: timer)
         return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
     }
 

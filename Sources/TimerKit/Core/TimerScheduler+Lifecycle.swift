@@ -30,6 +30,7 @@ extension TimerScheduler {
         shutDownFlag.store(true, ordering: .relaxed)
         armedKey = .max
         deadInQueue = 0
+        clockTimerCount = 0
         defer { jobs = [] }
         let queued = queue.removeAll()
         for timer in queued { timer.entrySequence = 0 }

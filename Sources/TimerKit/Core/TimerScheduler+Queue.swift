@@ -15,7 +15,7 @@ extension TimerScheduler {
         if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
         if let name { try TimerRegistry.validate(name: name) }
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
-        let resolved = try schedule.resolve(now: clock.now())
+        let resolved = try schedule.resolve(now: clock.now(), offsets: clock.offsets(fixed: fixedClockOffsets))
         var extras: TimerExtras?
         if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 {
             let more = TimerExtras()
@@ -36,6 +36,7 @@ extension TimerScheduler {
         if isShutDown {
             refusal = shutDownErrorLocked()
         } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
+            if timer.clock != .monotonic { countClockTimerLocked(timer) }
             drawJitterLocked(timer)
             if startSuspended {
                 timer.state = .suspended
@@ -58,7 +59,8 @@ extension TimerScheduler {
     /// earlier key gives it a new entry and the old one dies. If the driver refuses, the timer
     /// is left unqueued and the error is rethrown.
     func queueLocked(_ timer: TimerHandle, previousKey: UInt64? = nil) throws(TimerError) {
-        let key = RepeatRule.latestFireTime(timer)
+        let key = keyLocked(timer)
+        timer.clockEpoch = epochLocked(timer.clock)
         nextSequence &+= 1
         timer.orderSequence = nextSequence
         if timer.entrySequence != 0 {
@@ -181,4 +183,88 @@ extension TimerScheduler {
 
     /// Makes the jitter draws of this scheduler's timers repeatable from `seed`.
     func seedJitter(_ seed: UInt64) { mutex.withLock { jitterState = seed } }
+}
+
+/// Timers on the continuous and wall clocks: queued on the monotonic clock at their deadline
+/// less their clock's offset, and keyed again when that offset changes (a step of the wall
+/// clock, a suspend of the machine). All under `mutex`.
+extension TimerScheduler {
+    /// The queue key of `timer`: its latest fire time, on the monotonic clock.
+    @inline(__always)
+    func keyLocked(_ timer: TimerHandle) -> UInt64 {
+        let own = RepeatRule.latestFireTime(timer)
+        guard timer.clock != .monotonic else { return own }
+        return monotonicLocked(own, on: timer.clock)
+    }
+
+    /// `instant` on `clock`, as the monotonic clock stands now (0 when it was before boot).
+    @inline(__always)
+    func monotonicLocked(_ instant: UInt64, on clock: DeadlineClock) -> UInt64 {
+        let offset = clockOffsets[clock]
+        // A deadline past the horizon keeps its meaning ("never"), whatever the offset.
+        if instant >= Self.horizonNanoseconds { return instant }
+        return instant >= offset ? instant - offset : 0
+    }
+
+    func epochLocked(_ clock: DeadlineClock) -> UInt32 {
+        switch clock {
+        case .monotonic: 0
+        case .continuous: continuousEpoch
+        case .wall: wallEpoch
+        }
+    }
+
+    /// Counts a live timer on another clock; the first makes this scheduler one that the
+    /// process's clock watcher tells of wall-clock steps and resumes.
+    func countClockTimerLocked(_ timer: TimerHandle) {
+        clockTimerCount += 1
+        timer.clockEpoch = epochLocked(timer.clock)
+    }
+
+    /// Reads the clocks' offsets; if either moved by more than the reads' own spread (a step
+    /// of the wall clock, or a suspend), keys that clock's timers again, counts the change and
+    /// queues a `clockChanged` event. Returns whether anything changed.
+    @discardableResult
+    func refreshClockOffsetsLocked() -> Bool {
+        let fresh = clock.offsets(fixed: fixedClockOffsets)
+        var changed: [(DeadlineClock, Int64)] = []
+        for kind in [DeadlineClock.continuous, .wall] {
+            let step = Int64(bitPattern: fresh[kind] &- clockOffsets[kind])
+            if step.magnitude > Self.clockStepThreshold { changed.append((kind, step)) }
+        }
+        guard !changed.isEmpty else { return false }
+        clockOffsets = fresh
+        for (kind, step) in changed {
+            if kind == .wall { wallEpoch &+= 1 } else { continuousEpoch &+= 1 }
+            stats.clockChanges += 1
+            pendingEvents.append(.clockChanged(backend: backendName, clock: kind, step: .nanoseconds(step)))
+        }
+        let moved = Set(changed.map(\.0))
+        queue.rekey { entry in
+            entry.element._withUnsafeGuaranteedRef { timer in
+                guard moved.contains(timer.clock), timer.entrySequence == entry.sequence else { return nil }
+                return keyLocked(timer)
+            }
+        }
+        return true
+    }
+
+    /// Steps smaller than this (ns) are the spread between two clock reads, not a change.
+    static let clockStepThreshold: UInt64 = 200_000
+
+    /// Checks whether the wall clock stepped or the machine was suspended, and if so keys the
+    /// timers on those clocks again, re-arms the driver and tells the event observers. Called
+    /// by the process's clock watcher, and by `ManualBackend` when its virtual clocks move.
+    public func clockMayHaveChanged() {
+        mutex.lock()
+        guard !isShutDown, clockTimerCount > 0, refreshClockOffsetsLocked() else {
+            mutex.unlock()
+            return
+        }
+        // What came due fires at the loop's next wake-up, which this asks for.
+        try? rearmLocked()
+        let events = takeEventsLocked()
+        mutex.unlock()
+        deliver(events)
+    }
 }

@@ -15,6 +15,7 @@ extension TimerScheduler {
         var skipped = 0
         var delayed = 0
         var busyNanoseconds: UInt64 = 0
+        var clockChanges = 0
         /// The longest handler call, and its timer's name when it ran (a generated name is
         /// made from the id when read).
         var longestID: UInt64 = 0
@@ -77,6 +78,7 @@ extension TimerScheduler {
                 handlerTime: stats.histogram(offset: DurationBuckets.count, count: stats.handlerCount, max: stats.handlerMax),
                 missedTicks: [.skip: stats.skipped, .delay: stats.delayed, .burst: 0],
                 busyFraction: elapsed == 0 ? 0 : min(1, Double(stats.busyNanoseconds) / Double(elapsed)),
+                clockChanges: stats.clockChanges,
                 longestHandler: stats.handlerCount == 0
                     ? nil
                     : (stats.longestName ?? TimerRegistry.generatedName(stats.longestID), .nanoseconds(Int64(clamping: stats.handlerMax))),

@@ -95,6 +95,15 @@ import Synchronization
     /// the lock is released.
     @exclusivity(unchecked) var eventObservers: [@Sendable (TimerBackendEvent) -> Void] = []
     @exclusivity(unchecked) var pendingEvents: [TimerBackendEvent] = []
+    /// How far the continuous and wall clocks were ahead of the monotonic one when their
+    /// timers were last keyed; what a custom clock's offsets stay at (`SchedulerClock.offsets`).
+    @exclusivity(unchecked) var clockOffsets: ClockOffsets
+    let fixedClockOffsets: ClockOffsets
+    /// Live timers on the continuous or wall clock: while there are none, nothing reads those
+    /// clocks. And the steps of each seen so far (`TimerHandle.clockEpoch`).
+    @exclusivity(unchecked) var clockTimerCount = 0
+    @exclusivity(unchecked) var wallEpoch: UInt32 = 0
+    @exclusivity(unchecked) var continuousEpoch: UInt32 = 0
     /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
     @exclusivity(unchecked) var hasReportedShutdown = false
 
@@ -110,6 +119,9 @@ import Synchronization
         self.clock = clock
         self.taskExecutor = taskExecutor
         self.stats = StatisticsRecorder(since: clock.now().nanoseconds)
+        let offsets = clock.offsets(fixed: SchedulerClock.monotonic.offsets(fixed: ClockOffsets(continuous: 0, wall: 0)))
+        self.clockOffsets = offsets
+        self.fixedClockOffsets = offsets
     }
 
     deinit {

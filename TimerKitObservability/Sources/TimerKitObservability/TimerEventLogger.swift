@@ -9,6 +9,7 @@ import TimerKit
 /// | a slow handler or task | warning | `slow timer handler` / `slow task on the timer loop` | `backend`, `timer`, `duration_ms`, `delayed_timers` |
 /// | the loop failed | error | `timer loop failed` | `backend`, `cause` |
 /// | shutdown that ended live timers | notice | `timer backend shut down with live timers` | `backend`, `ended_timers` |
+/// | a step of the wall clock, a resume | notice | `wall clock stepped` / `machine resumed from suspend` | `backend`, `clock`, `step_ms` |
 ///
 /// A shutdown with no live timer is logged at debug level. Slow handlers are reported only
 /// once the backend has a `slowHandlerThreshold`: set one to hear of them.
@@ -36,6 +37,10 @@ public enum TimerEventLogger {
             }
         case .loopFailed(let backend, let cause):
             logger.error("timer loop failed", metadata: ["backend": "\(backend)", "cause": "\(cause)"])
+        case .clockChanged(let backend, let clock, let step):
+            logger.notice(
+                clock == .wall ? "wall clock stepped" : "machine resumed from suspend",
+                metadata: ["backend": "\(backend)", "clock": "\(clock)", "step_ms": "\(Double(step.nanosecondsValue) / 1e6)"])
         case .shutDown(let backend, let ended):
             let metadata: Logger.Metadata = ["backend": "\(backend)", "ended_timers": "\(ended)"]
             if ended > 0 {

@@ -1,0 +1,45 @@
+import Glibc
+
+/// The clock a timer's deadlines are on.
+///
+/// | clock | counts | a suspend of the machine | a step of the wall clock |
+/// |---|---|---|---|
+/// | `monotonic` | time since boot, stopped while suspended (`CLOCK_MONOTONIC`) | does not count: deadlines move later by it | no effect |
+/// | `continuous` | time since boot, suspended time included (`CLOCK_BOOTTIME`, as Swift's `ContinuousClock`) | counts: what came due fires once on resume | no effect |
+/// | `wall` | the calendar time of `Date` (`CLOCK_REALTIME`) | counts, as for `continuous` | deadlines keep their date: one the step jumped past fires once, late; none fires early |
+public enum DeadlineClock: String, Sendable, CaseIterable, Hashable, CustomStringConvertible {
+    /// Time since boot that stops while the machine is suspended; never steps. The default.
+    case monotonic
+    /// Time since boot that counts time spent suspended; never steps.
+    case continuous
+    /// The wall clock: dates. An administrator or NTP may step it.
+    case wall
+
+    public var description: String { rawValue }
+
+    /// The kernel's reading of this clock, in nanoseconds since its origin.
+    static func read(_ clock: DeadlineClock) -> UInt64 {
+        var ts = timespec()
+        switch clock {
+        case .monotonic: clock_gettime(CLOCK_MONOTONIC, &ts)
+        case .continuous: clock_gettime(CLOCK_BOOTTIME, &ts)
+        case .wall: clock_gettime(CLOCK_REALTIME, &ts)
+        }
+        return UInt64(max(0, ts.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, ts.tv_nsec))
+    }
+}
+
+/// How far the continuous and wall clocks are ahead of the monotonic one (ns). A timer on one
+/// of them is queued at its deadline minus its clock's offset, on the monotonic clock.
+struct ClockOffsets: Equatable, Sendable {
+    var continuous: UInt64
+    var wall: UInt64
+
+    subscript(clock: DeadlineClock) -> UInt64 {
+        switch clock {
+        case .monotonic: 0
+        case .continuous: continuous
+        case .wall: wall
+        }
+    }
+}

@@ -177,3 +177,18 @@ extension StatisticsTests {
         }
     }
 }
+
+extension StatisticsTests {
+    /// An observer that captures its backend is let go of at shutdown, so the backend is freed.
+    @Test func anObserverThatCapturesItsBackendIsLetGoOfAtShutdown() throws {
+        weak var released: ManualBackend?
+        do {
+            let clock = ManualBackend(registry: registry)
+            released = clock
+            clock.addEventObserver { _ in _ = clock.statistics }
+            try clock.schedule(.after(ms(10))) { _ in }
+            clock.shutdown()
+        }
+        #expect(released == nil)
+    }
+}

@@ -73,7 +73,7 @@ extension TimerBackend {
     /// Tells `observer` of every later event of this backend as a whole: slow handlers, a
     /// loop failure, shutdown. It runs outside TimerKit's locks, on the thread where the event
     /// happened (the loop's, for a slow handler: after the batch of handlers it was in), and
-    /// must be quick. It is kept for the backend's lifetime.
+    /// must be quick. It is kept until the backend shuts down, after it has heard of that.
     public func addEventObserver(_ observer: @escaping @Sendable (TimerBackendEvent) -> Void) {
         scheduler.addEventObserver(observer)
     }

@@ -73,7 +73,10 @@ extension TimerScheduler {
                 if let loopFailure { events.append(.loopFailed(backend: backendName, cause: loopFailure)) }
                 events.append(.shutDown(backend: backendName, endedTimers: ended.count))
             }
+            // The observers go with the shutdown (released below, after the locks): one that
+            // captured its backend would otherwise keep it alive for ever.
             let observers = eventObservers
+            eventObservers = []
             mutex.unlock()
             for task in tasks { task.cancel() }
             registry.remove(ended)

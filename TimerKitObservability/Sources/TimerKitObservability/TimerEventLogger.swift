@@ -14,7 +14,7 @@ import TimerKit
 /// A shutdown with no live timer is logged at debug level. Slow handlers are reported only
 /// once the backend has a `slowHandlerThreshold`: set one to hear of them.
 public enum TimerEventLogger {
-    /// Logs `backend`'s later events to `logger`, for the backend's lifetime.
+    /// Logs `backend`'s later events to `logger`, until it shuts down (that, it logs too).
     public static func log(_ backend: any TimerBackend, to logger: Logger) {
         backend.addEventObserver { event in Self.log(event, to: logger) }
     }

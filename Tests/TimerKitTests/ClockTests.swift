@@ -152,3 +152,78 @@ struct ClockTests {
         #expect(clock.statistics.clockChanges == 0)
     }
 }
+
+/// Calendar schedules on the virtual wall clock: daylight-saving changes and leap days.
+@Suite("Clocks: calendar schedules")
+struct CalendarScheduleTests {
+    let registry = TimerRegistry()
+    let newYork = TimeZone(identifier: "America/New_York") ?? .gmt
+
+    /// Fires of a schedule over `days` of virtual time from `start`, as dates.
+    func fires(of schedule: TimerSchedule, from start: Date, days: Int) throws -> [Date] {
+        let clock = ManualBackend(start: MonotonicInstant(nanoseconds: 1_000_000_000_000), registry: registry, wallClockStart: start)
+        defer { clock.shutdown() }
+        let dates = Locked<[Date]>([])
+        try clock.schedule(schedule) { _ in dates.withLock { $0.append(clock.wallClock) } }
+        for _ in 0..<(days * 24) { clock.advance(by: .seconds(3_600)) }
+        return dates.current
+    }
+
+    /// 02:30 does not exist on 8 March 2026 in New York (02:00 → 03:00): that day fires at
+    /// 03:00 EDT, the first moment after the gap, and the next day at 02:30 again.
+    @Test func aTimeTheSpringChangeSkipsFiresRightAfterTheGap() throws {
+        let dates = try fires(of: .daily(at: 2, 30, in: newYork), from: Date(timeIntervalSince1970: 1_772_800_000), days: 4)
+        #expect(dates.map(\.timeIntervalSince1970) == [1_772_868_600, 1_772_953_200, 1_773_037_800, 1_773_124_200])
+    }
+
+    /// 01:30 happens twice on 1 November 2026 in New York (02:00 → 01:00): it fires once, at
+    /// the first; the days around it are 24 and 25 hours apart.
+    @Test func aTimeTheAutumnChangeRepeatsFiresOnce() throws {
+        let dates = try fires(of: .daily(at: 1, 30, in: newYork), from: Date(timeIntervalSince1970: 1_793_400_000), days: 4)
+        #expect(dates.map(\.timeIntervalSince1970) == [1_793_424_600, 1_793_511_000, 1_793_601_000, 1_793_687_400])
+    }
+
+    /// 29 February at noon UTC, from 1 January 2026: the next is in 2028, then 2032.
+    @Test func aLeapDayFiresOnlyInLeapYears() throws {
+        var utc = Calendar(identifier: .gregorian)
+        utc.timeZone = .gmt
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let dates = Locked<[Date]>([])
+        let timer = try clock.schedule(.calendar(matching: DateComponents(month: 2, day: 29, hour: 12), in: utc, count: 2)) { _ in
+            dates.withLock { $0.append(clock.wallClock) }
+        }
+        #expect(timer.snapshot.nextDeadline == clock.now() + .seconds(68_212_800))  // 2028-02-29 12:00 UTC
+        for _ in 0..<8 { clock.advance(by: .seconds(366 * 86_400)) }
+        let expected = [1_835_438_400.0, 1_961_668_800.0]  // 2028-02-29 and 2032-02-29, 12:00 UTC
+        #expect(dates.current.map(\.timeIntervalSince1970) == expected)
+        #expect(timer.currentState == .finished)
+    }
+
+    @Test func componentsNoDateMatchesAreRefusedByName() throws {
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        var utc = Calendar(identifier: .gregorian)
+        utc.timeZone = .gmt
+        #expect(throws: TimerError.self) { try clock.schedule(.calendar(matching: DateComponents(month: 2, day: 30), in: utc)) { _ in } }
+        do {
+            try clock.schedule(.calendar(matching: DateComponents(month: 2, day: 30), in: utc)) { _ in }
+        } catch {
+            guard case .invalidOption(let name, _, _) = error else { throw error }
+            #expect(name == "calendar components")
+        }
+        #expect(throws: TimerError.invalidCount(0)) { try clock.schedule(.daily(at: 2, in: .gmt, count: 0)) { _ in } }
+    }
+
+    /// A daily timer whose date a suspend passed fires once on resume, then at the next date.
+    @Test func aDateASuspendPassedFiresOnceOnResume() throws {
+        let clock = ManualBackend(start: MonotonicInstant(nanoseconds: 1_000_000_000_000), registry: registry)
+        defer { clock.shutdown() }
+        let log = TickLog()
+        try clock.schedule(.daily(at: 6, in: .gmt), handler: log.record)  // wall clock starts 2026-01-01 00:00 UTC
+        clock.simulateSuspend(for: .seconds(3 * 86_400))
+        #expect(log.count == 1 && log.all.first?.clockChanged == true)
+        clock.advance(by: .seconds(6 * 3_600))  // 2026-01-04 06:00
+        #expect(log.count == 2)
+    }
+}

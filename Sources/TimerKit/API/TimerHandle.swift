@@ -27,6 +27,8 @@ final class TimerExtras {
     /// Suspended, not finished, after its last call (a helper's timer): the helper's next
     /// call moves and resumes it, so a burst of calls reuses one timer.
     var parksAfterLastCall = false
+    /// The dates of a calendar schedule; its next deadline is found as it fires.
+    var calendarRule: CalendarRule?
 }
 
 /// An action to run once a timer has ended and gone idle, and the token that takes it back.

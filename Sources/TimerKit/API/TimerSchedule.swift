@@ -20,6 +20,7 @@ public struct TimerSchedule: Sendable {
         case everyFrom(Amount, start: UInt64, count: Int?, jitter: Duration)
         /// `deadline` in ns on the schedule's clock.
         case atOwn(UInt64)
+        case calendar(CalendarRule, count: Int?)
     }
 
     let kind: Kind
@@ -78,6 +79,31 @@ public struct TimerSchedule: Sendable {
         .init(kind: .everyFrom(.duration(interval), start: Self.wallNanoseconds(start), count: count, jitter: jitter), clock: .wall)
     }
 
+    /// Repeatedly at the dates `calendar` finds matching `components`, on the wall clock:
+    /// `.calendar(matching: DateComponents(hour: 2, minute: 30), in: newYork)` fires every day
+    /// at 02:30 New York time. `count` limits the number of handler calls.
+    ///
+    /// Daylight-saving changes: a time the change skips (02:30 on the day clocks spring
+    /// forward) fires at the first moment after the gap (03:00); a time that occurs twice
+    /// (01:30 on the day they fall back) fires at its first occurrence only. Dates that exist
+    /// only in some years (February 29) fire in those years. A fire that comes late (the
+    /// machine was suspended, the wall clock stepped past a date) fires once, and the next is
+    /// the first matching date after it.
+    ///
+    /// Components no date matches (February 30) are refused with `TimerError.invalidOption`
+    /// when the timer is scheduled.
+    public static func calendar(matching components: DateComponents, in calendar: Calendar, count: Int? = nil) -> TimerSchedule {
+        .init(kind: .calendar(CalendarRule(components: components, calendar: calendar), count: count), clock: .wall)
+    }
+
+    /// Every day at `hour`:`minute` in `timeZone`, on the wall clock: `calendar(matching:in:count:)`
+    /// with a Gregorian calendar.
+    public static func daily(at hour: Int, _ minute: Int = 0, in timeZone: TimeZone, count: Int? = nil) -> TimerSchedule {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        return .calendar(matching: DateComponents(hour: hour, minute: minute, second: 0), in: calendar, count: count)
+    }
+
     /// Nanoseconds since 1970 of `date`; 0 for dates before it, saturating far after.
     static func wallNanoseconds(_ date: Date) -> UInt64 {
         let nanoseconds = date.timeIntervalSince1970 * 1e9
@@ -99,6 +125,8 @@ public struct TimerSchedule: Sendable {
         var remaining: Int
         var jitterNanoseconds: UInt64 = 0
         var clock: DeadlineClock = .monotonic
+        /// The dates of a calendar schedule.
+        var calendarRule: CalendarRule?
     }
 
     /// Resolves the schedule at `now` (monotonic), the other clocks being `offsets` ahead.
@@ -119,6 +147,13 @@ public struct TimerSchedule: Sendable {
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
         case let .atOwn(deadline):
             return Resolved(firstDeadline: deadline, intervalNanoseconds: 0, remaining: 1)
+        case let .calendar(rule, count):
+            if let count, count < 1 { throw .invalidCount(count) }
+            guard let first = rule.next(after: now.nanoseconds) else {
+                throw .invalidOption(
+                    name: "calendar components", value: "\(rule.components)", allowed: "components that some later date matches")
+            }
+            return Resolved(firstDeadline: first, intervalNanoseconds: 0, remaining: count ?? -1, calendarRule: rule)
         case let .every(amount, first, count, jitter):
             let interval = try Self.intervalNanoseconds(amount)
             let firstDelay =

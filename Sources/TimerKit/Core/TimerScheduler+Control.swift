@@ -180,6 +180,11 @@ extension TimerScheduler {
                 timer.extras = extras
                 drawJitterLocked(timer)
             }
+            if resolved.calendarRule != nil || timer.extras?.calendarRule != nil {
+                let extras = timer.extras ?? TimerExtras()
+                extras.calendarRule = resolved.calendarRule
+                timer.extras = extras
+            }
             if let extras = timer.extras, extras.tasksRunning > 0 {
                 // A task of it is running: the new schedule starts when the task returns.
                 extras.rescheduledDuringTask = true

@@ -229,6 +229,9 @@ extension TimerScheduler {
         if timer.interval > 0 {
             timer.deadline = timer.deadline.saturatingAdd(timer.interval)
             drawJitterLocked(timer)
+        } else if timer.remaining != 0, let rule = timer.extras?.calendarRule {
+            // The first date after this fire: a late fire (a suspend, a step) fires once.
+            if let next = rule.next(after: max(timer.deadline, ownActual)) { timer.deadline = next } else { timer.remaining = 0 }
         }
         timer.activeCalls += 1
         if let extras = timer.extras, extras.runsTasks { extras.tasksRunning += 1 }

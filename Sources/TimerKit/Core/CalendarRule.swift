@@ -1,0 +1,39 @@
+import Foundation
+
+/// The dates of a calendar schedule (`TimerSchedule.calendar(matching:in:count:)`): the next
+/// date after an instant that a calendar finds matching some components.
+struct CalendarRule: Sendable {
+    let components: DateComponents
+    let calendar: Calendar
+
+    /// The first matching date after `instant` (ns since 1970), in ns since 1970; nil when no
+    /// later date matches.
+    ///
+    /// A time of day that a daylight-saving change skips gives the first moment after the gap
+    /// (`.nextTime`); but a day that does not exist (29 February in other years, 30 February)
+    /// is never moved to another day: those dates are matched strictly.
+    func next(after instant: UInt64) -> UInt64? {
+        let after = Date(timeIntervalSince1970: Double(instant) / 1e9)
+        var found = calendar.nextDate(
+            after: after, matching: components, matchingPolicy: .nextTime, repeatedTimePolicy: .first, direction: .forward)
+        if let moved = found, !keepsTheDay(moved) {
+            found = calendar.nextDate(
+                after: after, matching: components, matchingPolicy: .strict, repeatedTimePolicy: .first, direction: .forward)
+        }
+        guard let date = found else { return nil }
+        let next = TimerSchedule.wallNanoseconds(date)
+        // A date a rounding put at `instant` itself is not after it: look a second further.
+        return next > instant ? next : self.next(after: instant.saturatingAdd(1_000_000_000))
+    }
+
+    /// Whether `date` is on the day the components ask for (its year, month, day and weekday,
+    /// where they give one).
+    private func keepsTheDay(_ date: Date) -> Bool {
+        let found = calendar.dateComponents([.year, .month, .day, .weekday], from: date)
+        for (wanted, got) in [(components.year, found.year), (components.month, found.month), (components.day, found.day)] {
+            if let wanted, wanted != got { return false }
+        }
+        if let weekday = components.weekday, weekday != found.weekday { return false }
+        return true
+    }
+}

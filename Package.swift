@@ -20,7 +20,8 @@ let package = Package(
         .library(name: "TimerKitConformance", targets: ["TimerKitConformance"]),
     ],
     targets: [
-        .target(name: "TimerKit", swiftSettings: swift6),
+        // CTimerShims gives the core the timerfd it watches the wall clock with (ClockWatcher).
+        .target(name: "TimerKit", dependencies: ["CTimerShims"], swiftSettings: swift6),
         .target(name: "CTimerShims", path: "CShims/CTimerShims"),
         .target(name: "TimerKitEpoll", dependencies: ["TimerKit", "CTimerShims"], swiftSettings: swift6),
         .systemLibrary(

@@ -93,3 +93,53 @@ struct EpollTests {
         #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
     }
 }
+
+/// The real path of a wall-clock step, through the process's clock watcher: its timerfd read
+/// is made to report `ECANCELED` (injected, since a test must never set the host's clock), and
+/// the wall clock reads skewed. Each runs in a child process, where the skew is its own.
+@Suite("Wall-clock steps through the timerfd watcher")
+struct ClockStepTests {
+    @Test func aForwardStepFiresTheWallTimersItJumpedPastAtOnce() async {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            let backend = try EpollBackend(registry: TimerRegistry())
+            let fired = Locked<[Tick]>([])
+            let steps = Locked<[Duration]>([])
+            backend.addEventObserver { event in
+                if case .clockChanged(_, .wall, let step) = event { steps.withLock { $0.append(step) } }
+            }
+            try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick) } }
+            try backend.schedule(.after(.seconds(30))) { tick in fired.withLock { $0.append(tick) } }
+            guard ClockWatcher.shared.currentState == .watching else { exit(2) }
+            DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
+            try ClockWatcher.shared.injectCancel()
+            guard waitFor(.seconds(10), { fired.current.count == 1 }) else { exit(3) }
+            guard let tick = fired.current.first, tick.clock == .wall, tick.clockChanged else { exit(4) }
+            guard let step = steps.current.first, abs((step - .seconds(60)) / .seconds(1)) < 0.1 else { exit(5) }
+            blockRealTime(.milliseconds(50))
+            guard fired.current.count == 1, ClockWatcher.shared.changes >= 1 else { exit(6) }
+            backend.shutdown()
+            exit(0)
+        }
+        let report = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(result?.exitStatus == .exitCode(0), "\(report)")
+    }
+
+    /// A step back: the wall timer waits for its date on the stepped clock, never firing
+    /// early; stepped forward again, it fires at once.
+    @Test func aBackwardStepNeverMakesAWallTimerFireEarly() async {
+        await #expect(processExitsWith: .success) {
+            let backend = try EpollBackend(registry: TimerRegistry())
+            let fired = Locked(0)
+            try backend.schedule(.at(date: Date().addingTimeInterval(0.2))) { _ in fired.withLock { $0 += 1 } }
+            DeadlineClock.wallSkewForTests.store(-60_000_000_000, ordering: .relaxed)
+            try ClockWatcher.shared.injectCancel()
+            blockRealTime(.milliseconds(600))
+            guard fired.current == 0 else { exit(2) }
+            DeadlineClock.wallSkewForTests.store(0, ordering: .relaxed)
+            try ClockWatcher.shared.injectCancel()
+            guard waitFor(.seconds(10), { fired.current == 1 }) else { exit(3) }
+            backend.shutdown()
+            exit(0)
+        }
+    }
+}

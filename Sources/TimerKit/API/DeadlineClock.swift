@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The clock a timer's deadlines are on.
 ///
@@ -25,8 +26,14 @@ public enum DeadlineClock: String, Sendable, CaseIterable, Hashable, CustomStrin
         case .continuous: clock_gettime(CLOCK_BOOTTIME, &ts)
         case .wall: clock_gettime(CLOCK_REALTIME, &ts)
         }
-        return UInt64(max(0, ts.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, ts.tv_nsec))
+        let nanoseconds = UInt64(max(0, ts.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, ts.tv_nsec))
+        guard clock == .wall else { return nanoseconds }
+        return nanoseconds &+ UInt64(bitPattern: wallSkewForTests.load(ordering: .relaxed))
     }
+
+    /// Added to every reading of the wall clock: a test's stand-in for a step of the host's
+    /// clock, which a test must never make. Set only in a child process of a test.
+    package static let wallSkewForTests = Atomic<Int64>(0)
 }
 
 /// How far the continuous and wall clocks are ahead of the monotonic one (ns). A timer on one

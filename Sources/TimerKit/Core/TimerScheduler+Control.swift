@@ -161,6 +161,7 @@ extension TimerScheduler {
     }
 
     func reschedule(_ timer: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
+        defer { watchClocks(for: schedule.clock) }
         try mutex.withLock { () throws(TimerError) in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
             if isShutDown { throw shutDownErrorLocked() }

@@ -50,6 +50,7 @@ extension TimerScheduler {
             timer.cancel()  // also takes it out of the registry
             throw refusal
         }
+        watchClocks(for: resolved.clock)
         return timer
     }
 
@@ -248,6 +249,13 @@ extension TimerScheduler {
             }
         }
         return true
+    }
+
+    /// Has the process's clock watcher tell this scheduler of wall-clock steps and resumes,
+    /// once it has a timer on a clock they move (and reads the kernel's clocks).
+    func watchClocks(for timerClock: DeadlineClock) {
+        guard timerClock != .monotonic, case .monotonic = clock else { return }
+        ClockWatcher.shared.watch(self)
     }
 
     /// Steps smaller than this (ns) are the spread between two clock reads, not a change.

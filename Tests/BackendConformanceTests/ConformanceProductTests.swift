@@ -11,7 +11,7 @@ struct ConformanceProductTests {
     @Test func everyCheckIsNamedByItsGroupAndNameAndNoNameRepeats() {
         let names = ConformanceCheck.all.map(\.testDescription)
         #expect(names.contains("contract/timersFireInDeadlineOrder"))
-        #expect(names.count == 69, "the README gives the number of checks")
+        #expect(names.count == 72, "the README gives the number of checks")
         #expect(Set(names).count == names.count)
         for group in ConformanceCheck.Group.allCases {
             #expect(!ConformanceCheck.all(in: group).isEmpty, "\(group) has no check")

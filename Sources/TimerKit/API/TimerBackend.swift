@@ -1,3 +1,5 @@
+import Foundation
+
 /// A source of timers: Dispatch, RunLoop, libevent, epoll or Manual (virtual time).
 ///
 /// Every backend shares the same core, so timers behave identically on all of them: the same
@@ -77,6 +79,11 @@ extension TimerBackend {
     public func addEventObserver(_ observer: @escaping @Sendable (TimerBackendEvent) -> Void) {
         scheduler.addEventObserver(observer)
     }
+
+    /// The backend's reading of the wall clock (`DeadlineClock.wall`): the date its wall timers
+    /// are judged by. The system's clock, but for Manual (a virtual wall clock) and a custom
+    /// clock (whose wall clock is fixed to it when the backend starts).
+    public var wallClock: Date { scheduler.wallClockNow() }
 
     /// The backend's current time (CLOCK_MONOTONIC; virtual for Manual).
     public func now() -> MonotonicInstant { scheduler.now() }

@@ -168,13 +168,6 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// Fires whatever is due at the current virtual time without moving it.
     public func runDue() { advanceSynchronously(to: clock.now) }
 
-    /// The virtual wall clock's date: it moves with `advance`, and `stepWallClock(by:)` and
-    /// `simulateSuspend(for:)` move it too.
-    public var wallClock: Date {
-        let nanoseconds = clock.now.nanoseconds &+ clock.offsets.wall
-        return Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)
-    }
-
     /// Steps the virtual wall clock by `step`, forward or back, as an administrator or NTP
     /// steps a real one; the monotonic and continuous clocks do not move. Timers on the wall
     /// clock are re-evaluated at once: those the step jumped past fire now, once (their ticks

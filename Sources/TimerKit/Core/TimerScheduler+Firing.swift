@@ -76,10 +76,10 @@ extension TimerScheduler {
                 timer.endCause = .completed
                 if timer.clock != .monotonic { clockTimerCount -= 1 }
                 let observers = dropObserversLocked(timer)
-                released.append(
-                    Released(
-                        timer: timer, handler: timer.handler, observers: observers,
-                        endWaiters: takeEndWaitersLocked(timer), leavesRegistry: true))
+                // Counted as running until it has left the registry (after the lock): whoever
+                // waits for its end (`whenEnded`, `ended`) then finds it gone from there too.
+                timer.activeCalls += 1
+                released.append(Released(timer: timer, handler: timer.handler, observers: observers, leavesRegistry: true))
                 timer.handler = Self.endedHandler
             } else if timer.state == .scheduled && timer.entrySequence == 0 && !isShutDown {
                 do throws(TimerError) { try queueLocked(timer) } catch {
@@ -122,7 +122,18 @@ extension TimerScheduler {
         mutex.unlock()
         guard hasWrapUp else { return }
         for item in released where item.leavesRegistry { registry.remove(item.timer) }
+        var leftRegistry: [EndWaiter] = []
+        if released.contains(where: \.leavesRegistry) {
+            mutex.lock()
+            for item in released where item.leavesRegistry {
+                item.timer.activeCalls -= 1
+                leftRegistry.append(contentsOf: takeEndWaitersLocked(item.timer))
+            }
+            if waiters > 0 { firingDone.broadcast() }
+            mutex.unlock()
+        }
         for item in released { for waiter in item.endWaiters { waiter.action() } }
+        for waiter in leftRegistry { waiter.action() }
         released.removeAll(keepingCapacity: true)
         deliver(events)
         if failure != nil { finishShutdown(stopped) }

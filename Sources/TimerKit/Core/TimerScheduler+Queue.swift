@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 
 /// Where each timer waits: registering and queueing a timer, re-arming the driver, and
@@ -256,6 +257,12 @@ extension TimerScheduler {
     func watchClocks(for timerClock: DeadlineClock) {
         guard timerClock != .monotonic, case .monotonic = clock else { return }
         ClockWatcher.shared.watch(self)
+    }
+
+    /// The wall clock now, as this scheduler reads it.
+    func wallClockNow() -> Date {
+        let nanoseconds = clock.now().nanoseconds &+ clock.offsets(fixed: fixedClockOffsets).wall
+        return Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)
     }
 
     /// Steps smaller than this (ns) are the spread between two clock reads, not a change.

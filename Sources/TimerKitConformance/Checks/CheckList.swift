@@ -132,3 +132,11 @@ extension Checks.Stress {
         .init("randomOperationsFromManyThreadsKeepEveryPromise", .stress, randomOperationsFromManyThreadsKeepEveryPromise)
     ]
 }
+
+extension Checks.Clocks {
+    static let checks: [ConformanceCheck] = [
+        .init("aWallTimerFiresNoEarlierThanItsDate", .clocks, aWallTimerFiresNoEarlierThanItsDate),
+        .init("aContinuousTimerFiresAfterItsDelay", .clocks, aContinuousTimerFiresAfterItsDelay),
+        .init("aWallGridFiresOnItsDates", .clocks, aWallGridFiresOnItsDates),
+    ]
+}

@@ -58,6 +58,9 @@ def main(path, bench):
             stats = r.get("statistics")
             if r.get("backend") in TIMERKIT_BACKENDS and not stats:
                 problems.append(f"latency {r.get('backend')}: no statistics from the backend")
+            clocks = r.get("clock_p50_us")
+            if r.get("backend") in TIMERKIT_BACKENDS and (not clocks or set(clocks) != {"monotonic", "continuous", "wall"}):
+                problems.append(f"latency {r.get('backend')}: no lateness for each clock ({clocks})")
             if stats and stats.get("agrees_with_bench") is False:
                 problems.append(f"latency {r.get('backend')}: its statistics disagree with the bench: {stats.get('agreement')}")
         elif kind == "throughput":

@@ -22,6 +22,10 @@ struct LatencyResult: Codable {
     /// What the backend's own `statistics` said over the same slices; nil for the floor and
     /// raw peers, which are not TimerKit backends.
     var statistics: BackendFigures?
+    /// Lateness p50 (µs) of the same repeating timer on each clock, run beside each other on
+    /// the backend (phases a third of an interval apart): `monotonic`, `continuous`, `wall`.
+    /// Nil for the floor and raw peers.
+    var clockP50Us: [String: Double]?
 }
 
 /// [percentile, µs] points of a nanosecond histogram, dense where the tail is.
@@ -114,7 +118,15 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
     let slice = seconds / Double(rounds)
     var recorders: [String: LatencyRecorder] = [:]
     var figures: [String: BackendFiguresCollector] = [:]
-    for backend in backends { recorders[backend.name] = LatencyRecorder() }
+    // Per backend: the continuous and wall probes, and every probe's fires together (what the
+    // backend's statistics saw).
+    var clockRecorders: [String: [DeadlineClock: LatencyRecorder]] = [:]
+    var allProbes: [String: LatencyRecorder] = [:]
+    for backend in backends {
+        recorders[backend.name] = LatencyRecorder()
+        clockRecorders[backend.name] = [.continuous: LatencyRecorder(), .wall: LatencyRecorder()]
+        allProbes[backend.name] = LatencyRecorder()
+    }
     for round in 0..<rounds {
         // Interleaved, in an order rotated each round, so that no backend always follows the same one.
         let shift = round % max(1, backends.count)
@@ -129,7 +141,20 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
                     let work = interval * 8 / 10
                     try instance.schedule(.every(interval, firstAfter: interval / 2), name: "busy-work") { _ in spin(for: work) }
                 }
-                try instance.schedule(.every(interval), name: "latency-probe", handler: recorder.record)
+                let all = allProbes[backend.name]
+                try instance.schedule(.every(interval), name: "latency-probe") { tick in
+                    recorder.record(tick)
+                    all?.record(tick)
+                }
+                for (index, clock) in [DeadlineClock.continuous, .wall].enumerated() {
+                    guard let probe = clockRecorders[backend.name]?[clock] else { continue }
+                    try instance.schedule(
+                        .every(interval, on: clock, firstAfter: interval * (index + 1) / 3), name: "latency-probe-\(clock)"
+                    ) { tick in
+                        probe.record(tick)
+                        all?.record(tick)
+                    }
+                }
                 _ = DispatchSemaphore(value: 0).wait(timeout: .now() + .nanoseconds(Int(slice * 1e9)))
                 instance.shutdown()
                 figures[backend.name, default: BackendFiguresCollector()].add(instance.statistics)
@@ -141,13 +166,22 @@ func runLatency(backends: [BenchBackend], interval: Duration, seconds: Double, r
     return backends.compactMap { backend in
         guard let state = recorders[backend.name]?.state.current else { return nil }
         // With no load, the probe is the backend's only timer: its statistics saw the bench's fires.
-        let histogram = state.histogram
+        let every = allProbes[backend.name]?.state.current
+        let histogram = every?.histogram ?? state.histogram
         let bench: ((Double) -> Double)? = load == .none ? { Double(histogram.valueAtPercentile($0)) / 1000 } : nil
-        let own = figures[backend.name].flatMap { $0.isEmpty ? nil : $0.figures(bench: bench, benchFires: state.fires) }
+        let own = figures[backend.name].flatMap { $0.isEmpty ? nil : $0.figures(bench: bench, benchFires: every?.fires ?? state.fires) }
+        var byClock: [String: Double]?
+        if own != nil, let probes = clockRecorders[backend.name] {
+            byClock = ["monotonic": Double(state.histogram.valueAtPercentile(50)) / 1000]
+            for (clock, probe) in probes {
+                let probeState = probe.state.current
+                if probeState.fires > 0 { byClock?[clock.rawValue] = Double(probeState.histogram.valueAtPercentile(50)) / 1000 }
+            }
+        }
         return LatencyResult(
             backend: backend.name, load: backend.baselineLatency != nil && load == .busyLoop ? "none" : load.rawValue,
             intervalUs: interval.microseconds, fires: state.fires,
             missed: state.missed, latenessUs: Percentiles(state.histogram), p50Us: Estimate(slices: state.sliceP50sUs),
-            cdfUs: cdfPoints(state.histogram), statistics: own)
+            cdfUs: cdfPoints(state.histogram), statistics: own, clockP50Us: byClock)
     }
 }

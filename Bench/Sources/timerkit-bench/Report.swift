@@ -137,6 +137,15 @@ struct BenchReport: Encodable {
                             refP50 > 0 ? String(format: "%.2fx", r.latenessUs.p50 / refP50) : "-",
                         ]
                     })
+            let clocked = latency.filter { $0.clockP50Us != nil }
+            if !clocked.isEmpty {
+                out += "\nthe same repeating timer on each clock, side by side on each backend (lateness p50, µs)\n"
+                out += aligned(
+                    [["backend", "monotonic", "continuous", "wall"]]
+                        + clocked.map { r in
+                            [r.backend] + ["monotonic", "continuous", "wall"].map { r.clockP50Us?[$0].map(format) ?? "-" }
+                        })
+            }
             let described = latency.filter { $0.statistics != nil }
             if !described.isEmpty {
                 out += "\nwhat each backend's statistics said over the same slices (µs; busy: time in handlers)\n"

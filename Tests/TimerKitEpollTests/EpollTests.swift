@@ -124,6 +124,22 @@ struct ClockStepTests {
         #expect(result?.exitStatus == .exitCode(0), "\(report)")
     }
 
+    /// Without word from the watcher, a step is seen the next time the loop wakes for any
+    /// timer: the wall timer it jumped past fires then.
+    @Test func aStepIsSeenWhenTheLoopNextWakesWithoutTheWatcher() async {
+        await #expect(processExitsWith: .success) {
+            let backend = try EpollBackend(registry: TimerRegistry())
+            let fired = Locked<[DeadlineClock]>([])
+            try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick.clock) } }
+            DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
+            try backend.schedule(.after(.milliseconds(50))) { tick in fired.withLock { $0.append(tick.clock) } }
+            guard waitFor(.seconds(10), { fired.current.count == 2 }) else { exit(2) }
+            guard Set(fired.current) == [.wall, .monotonic], ClockWatcher.shared.changes == 0 else { exit(3) }
+            backend.shutdown()
+            exit(0)
+        }
+    }
+
     /// A step back: the wall timer waits for its date on the stepped clock, never firing
     /// early; stepped forward again, it fires at once.
     @Test func aBackwardStepNeverMakesAWallTimerFireEarly() async {

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Glibc
 import NIOCore
 import NIOEmbedded
@@ -43,6 +44,27 @@ extension NIOBackendTests {
             #expect(fired.current == [0, 1, 2])
             #expect(timer.currentState == .finished)
             #expect(backend.registry.snapshot().isEmpty)
+        }
+    }
+
+    /// On an `EmbeddedEventLoop` the wall and continuous clocks are the loop's virtual time too:
+    /// fixed to the system's when the backend starts, they move only with `advanceTime(by:)`.
+    @Test func onAnEmbeddedLoopTheWallClockFollowsTheLoopsVirtualTime() throws {
+        try withWatchdog {
+            let loop = EmbeddedEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let start = backend.wallClock
+            let fired = Locked<[Date]>([])
+            try backend.schedule(.at(date: start.addingTimeInterval(2))) { _ in fired.withLock { $0.append(backend.wallClock) } }
+            try backend.schedule(.after(.seconds(2), on: .continuous)) { _ in fired.withLock { $0.append(backend.wallClock) } }
+            usleep(20_000)
+            #expect(backend.wallClock == start, "real time passing does not move it")
+            loop.advanceTime(by: .milliseconds(1_999))
+            #expect(fired.current.isEmpty)
+            loop.advanceTime(by: .milliseconds(1))
+            #expect(fired.current.count == 2)
+            #expect(backend.wallClock.timeIntervalSince(start) == 2)
         }
     }
 

@@ -130,3 +130,17 @@ extension ObservabilityTests {
         return true
     }
 }
+
+extension ObservabilityTests {
+    @Test func aStepOfTheWallClockIsLoggedWithItsSize() throws {
+        let logs = InMemoryLogHandler()
+        let clock = ManualBackend(start: MonotonicInstant(nanoseconds: 1_000_000_000_000), registry: TimerRegistry())
+        defer { clock.shutdown() }
+        TimerEventLogger.log(clock, to: Logger(label: "timers") { _ in logs })
+        try clock.schedule(.at(date: clock.wallClock.addingTimeInterval(60))) { _ in }
+        clock.stepWallClock(by: .seconds(-90))
+        let entry = try #require(logs.entries.first)
+        #expect(entry.level == .notice && entry.message.description == "wall clock stepped")
+        #expect(entry.metadata["clock"] == "wall" && entry.metadata["step_ms"] == "-90000.0")
+    }
+}

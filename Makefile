@@ -127,30 +127,26 @@ docs: setup
 	$(MAKE) --no-print-directory docs-nio
 	$(MAKE) --no-print-directory docs-observability
 
-# TimerKitNIO's DocC, from its own package, the same way.
-docs-nio: setup
-	@# The module is compiled again each time (touch): an up-to-date build emits no symbol graph.
-	@rm -rf .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO $(DOCS_OUT)/TimerKitNIO
-	@mkdir -p .build-docs/graphs-nio-all .build-docs/graphs-TimerKitNIO
-	@touch TimerKitNIO/Sources/TimerKitNIO/*.swift
-	$(SWIFT) build $(NIO_PKG) --scratch-path .build-docs-nio --target TimerKitNIO -Xswiftc -emit-symbol-graph \
-		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-nio-all \
+# DocC of a module (1) that lives in a package of its own in the folder of the same name, the
+# same way. The module is compiled again each time (touch): an up-to-date build emits no
+# symbol graph.
+define package_docs
+	@rm -rf .build-docs/graphs-$(1)-all .build-docs/graphs-$(1) $(DOCS_OUT)/$(1)
+	@mkdir -p .build-docs/graphs-$(1)-all .build-docs/graphs-$(1)
+	@touch $(1)/Sources/$(1)/*.swift
+	$(SWIFT) build --package-path $(1) --scratch-path .build-docs-$(1) --target $(1) -Xswiftc -emit-symbol-graph \
+		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-$(1)-all \
 		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
-	cp .build-docs/graphs-nio-all/TimerKitNIO*.symbols.json .build-docs/graphs-TimerKitNIO/
-	$(call docc_convert,TimerKitNIO/Sources/TimerKitNIO/TimerKitNIO.docc,TimerKitNIO)
-	@echo "docs: $(DOCS_OUT)/TimerKitNIO"
+	cp .build-docs/graphs-$(1)-all/$(1)*.symbols.json .build-docs/graphs-$(1)/
+	$(call docc_convert,$(1)/Sources/$(1)/$(1).docc,$(1))
+	@echo "docs: $(DOCS_OUT)/$(1)"
+endef
 
-# TimerKitObservability's DocC, from its own package, the same way.
+docs-nio: setup
+	$(call package_docs,TimerKitNIO)
+
 docs-observability: setup
-	@rm -rf .build-docs/graphs-obs-all .build-docs/graphs-TimerKitObservability $(DOCS_OUT)/TimerKitObservability
-	@mkdir -p .build-docs/graphs-obs-all .build-docs/graphs-TimerKitObservability
-	@touch TimerKitObservability/Sources/TimerKitObservability/*.swift
-	$(SWIFT) build $(OBS_PKG) --scratch-path .build-docs-obs --target TimerKitObservability -Xswiftc -emit-symbol-graph \
-		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-obs-all \
-		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
-	cp .build-docs/graphs-obs-all/TimerKitObservability*.symbols.json .build-docs/graphs-TimerKitObservability/
-	$(call docc_convert,TimerKitObservability/Sources/TimerKitObservability/TimerKitObservability.docc,TimerKitObservability)
-	@echo "docs: $(DOCS_OUT)/TimerKitObservability"
+	$(call package_docs,TimerKitObservability)
 
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
 benchmarks: setup
@@ -165,6 +161,6 @@ bench-check: setup
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-docs-nio .build-docs-obs .build-app .build-conformance Bench/.build Benchmarks/.build \
+	rm -rf .build .build-tsan .build-asan .build-docs .build-docs-TimerKitNIO .build-docs-TimerKitObservability .build-app .build-conformance Bench/.build Benchmarks/.build \
 		TimerKitNIO/.build TimerKitObservability/.build \
 		TimerKitNIO/.build-tsan TimerKitNIO/.build-asan

@@ -119,9 +119,12 @@ import Synchronization
         self.clock = clock
         self.taskExecutor = taskExecutor
         self.stats = StatisticsRecorder(since: clock.now().nanoseconds)
-        let offsets = clock.offsets(fixed: SchedulerClock.monotonic.offsets(fixed: ClockOffsets(continuous: 0, wall: 0)))
-        self.clockOffsets = offsets
-        self.fixedClockOffsets = offsets
+        // A custom clock's wall and continuous clocks start where the system's stand now, and
+        // then move with it.
+        let start = clock.now().nanoseconds
+        let fixed = ClockOffsets(continuous: DeadlineClock.read(.continuous) &- start, wall: DeadlineClock.read(.wall) &- start)
+        self.fixedClockOffsets = fixed
+        self.clockOffsets = clock.offsets(fixed: fixed)
     }
 
     deinit {

@@ -315,7 +315,9 @@ struct NewSurfaceAttackTests {
                 }
             }
             let broken = Locked<[String]>([])
+            let reads = Counter()
             let deadline = MonotonicInstant.now() + .milliseconds(1_500)
+            let counted = reads
             onThreads(5) { thread in
                 var reads = 0
                 while MonotonicInstant.now() < deadline {
@@ -326,6 +328,7 @@ struct NewSurfaceAttackTests {
                     }
                     let stats = backend.statistics
                     reads += 1
+                    counted.increment()
                     var problems = histogramViolations(stats.lateness, label: "lateness")
                     problems += histogramViolations(stats.handlerTime, label: "handlerTime")
                     if stats.fires != stats.lateness.count {
@@ -343,7 +346,7 @@ struct NewSurfaceAttackTests {
             }
             let found = broken.current
             #expect(found.isEmpty, "\(found.count) inconsistent readings, e.g. \(Array(found.prefix(5)))")
-            #expect(backend.statistics.liveTimers == 8)
+            #expect(backend.statistics.liveTimers == 8 && reads.current > 100, "\(reads.current) readings")
         }
     }
 }
@@ -508,7 +511,7 @@ struct NewSurfaceEventAttackTests {
             guard case .shutDown(_, let ended) = event else { return }
             told.withLock { $0.append(ended) }
             clock.shutdown()  // re-entrant
-            do { _ = try clock.schedule(.after(ms(1))) { _ in } } catch { refused.withLock { $0.append(error) } }
+            do throws(TimerError) { _ = try clock.schedule(.after(ms(1))) { _ in } } catch { refused.withLock { $0.append(error) } }
         }
         try clock.schedule(.after(ms(10))) { _ in }
         try clock.schedule(.every(ms(10))) { _ in }
@@ -551,6 +554,13 @@ struct NewSurfaceEventAttackTests {
                 _ = sentinel
             }
         }
+        weak var control: ManualBackend?
+        do {
+            let clock = makeManual(registry)
+            control = clock
+            clock.shutdown()
+        }
+        #expect(control == nil, "control: a shut-down backend without a late observer is freed")
         #expect(weakBackend == nil, "the backend is kept alive by an observer added after its shutdown")
         #expect(released.current, "the observer's captures are never released")
     }
@@ -666,9 +676,9 @@ struct NewSurfaceClockAttackTests {
         }
         clock.advance(by: .seconds(10))
         #expect(fired.current == ["at +10 s changed=false late=0.0 seconds"])
-        #expect(clock.statistics.clockChanges == 0, "the step came before any wall timer was live")
         clock.advance(by: .seconds(3_600))
-        #expect(fired.current.count == 1, "fired: \(fired.current)")
+        #expect(fired.current == ["at +10 s changed=false late=0.0 seconds"], "an hour later")
+        #expect(clock.statistics.clockChanges == 0, "the step came before any wall timer was live")
     }
 
     /// Same, with `.after(_:on: .wall)`.
@@ -720,7 +730,7 @@ struct NewSurfaceClockAttackTests {
         clock.advance(by: .seconds(1))
         #expect(fired.current == ["wall +3640"], "fired: \(fired.current)")
         clock.advance(by: .seconds(7_200))
-        #expect(fired.current.count == 1, "fired: \(fired.current)")
+        #expect(fired.current == ["wall +3640"], "two hours later")
     }
 
     /// The same moves with another wall timer live throughout (the backend keeps watching the
@@ -824,6 +834,7 @@ struct NewSurfaceClockAttackTests {
             if mismatch != nil { break }
         }
         #expect(mismatch == nil, "\(mismatch ?? "")")
+        #expect(logs.allSatisfy { $0.current.count > 100 }, "the model run exercised few fires")
         #expect(wallSeconds(clock, since: origin) == wall)
         let stats = clock.statistics
         #expect(stats.missedTicks[.skip] == expected[0].reduce(0) { $0 + $1.missed })
@@ -832,10 +843,11 @@ struct NewSurfaceClockAttackTests {
     }
 
     /// Promise: many wall timers a step jumps past all fire at once, exactly once each, in date
-    /// order, with clockChanged; none past the new time fires; they fire at their dates later.
-    /// More than one batch (4,096) of them.
+    /// order (Manual fires "in deadline order"), with clockChanged; none past the new time
+    /// fires; they fire at their dates later. More than one batch (4,096) of them. The backend
+    /// is 100,000 s after boot, so every jumped-past date is still after the monotonic origin.
     @Test func fiveThousandWallTimersAStepJumpsPastFireOnceEachInDateOrder() throws {
-        let clock = makeManual(registry)
+        let clock = makeManual(registry, startSeconds: 100_000)
         defer { clock.shutdown() }
         let origin = clock.wallClock
         let fired = Locked<[Int]>([])
@@ -854,11 +866,28 @@ struct NewSurfaceClockAttackTests {
             }
         }
         clock.stepWallClock(by: .seconds(5_000))
-        #expect(fired.current == Array(1...5_000), "fired \(fired.current.count), sorted: \(fired.current == fired.current.sorted())")
+        let atStep = fired.current
+        #expect(atStep.sorted() == Array(1...5_000), "fired \(atStep.count) at the step")
+        #expect(atStep == atStep.sorted(), "not in date order")
         clock.advance(by: .seconds(200))
-        #expect(fired.current == Array(1...5_200))
+        #expect(fired.current.sorted() == Array(1...5_200) && fired.current.count == 5_200)
         #expect(problems.current.isEmpty, "\(problems.current.prefix(5))")
         #expect(clock.statistics.liveTimers == 0 && clock.statistics.fires == 5_200)
+    }
+
+    /// Promise: Manual fires what is due "in deadline order"; a step jumping wall timers past
+    /// fires them once each. Here the step (1 h) is longer than the time since boot (1,000 s),
+    /// so the jumped-past dates lie before the monotonic origin.
+    @Test func wallTimersJumpedPastTheMonotonicOriginStillFireInDateOrder() throws {
+        let clock = makeManual(registry, startSeconds: 1_000)
+        defer { clock.shutdown() }
+        let origin = clock.wallClock
+        let fired = Locked<[Int]>([])
+        for second in [300, 200, 100] {  // scheduled latest date first
+            try clock.schedule(.at(date: origin.addingTimeInterval(Double(second)))) { _ in fired.withLock { $0.append(second) } }
+        }
+        clock.stepWallClock(by: .seconds(3_600))
+        #expect(fired.current == [100, 200, 300], "fired in the order \(fired.current)")
     }
 
     /// Promise: a cancelled wall timer never fires, whatever the clock does; a wall timer a
@@ -986,7 +1015,7 @@ struct NewSurfaceClockAttackTests {
         ]
         for components in impossible {
             var outcome = "scheduled"
-            do {
+            do throws(TimerError) {
                 let timer = try clock.schedule(.calendar(matching: components, in: utc)) { _ in }
                 outcome = "scheduled, next \(String(describing: timer.snapshot.nextDeadline))"
                 timer.cancel()

@@ -89,7 +89,10 @@ struct BackendFiguresCollector {
     private static func percentile(_ percent: Double, _ buckets: [UInt64: (upper: UInt64, count: Int)], max: UInt64) -> Double {
         let total = buckets.values.reduce(0) { $0 + $1.count }
         guard total > 0 else { return 0 }
-        let rank = Swift.max(1, Int((percent / 100 * Double(total)).rounded(.up)))
+        // The smallest k ≥ share·total, with a product a hair above a whole number taken as it.
+        let product = percent / 100 * Double(total)
+        let rank = Swift.max(
+            1, abs(product - product.rounded()) <= 1e-9 * Swift.max(1, product) ? Int(product.rounded()) : Int(product.rounded(.up)))
         var seen = 0
         for lower in buckets.keys.sorted() {
             guard let bucket = buckets[lower] else { continue }

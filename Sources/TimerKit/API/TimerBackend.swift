@@ -75,7 +75,8 @@ extension TimerBackend {
     /// Tells `observer` of every later event of this backend as a whole: slow handlers, a
     /// loop failure, shutdown. It runs outside TimerKit's locks, on the thread where the event
     /// happened (the loop's, for a slow handler: after the batch of handlers it was in), and
-    /// must be quick. It is kept until the backend shuts down, after it has heard of that.
+    /// must be quick. It is kept until the backend shuts down, after it has heard of that; one
+    /// added after shutdown is let go of at once, never called.
     public func addEventObserver(_ observer: @escaping @Sendable (TimerBackendEvent) -> Void) {
         scheduler.addEventObserver(observer)
     }

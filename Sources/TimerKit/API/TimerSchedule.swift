@@ -84,8 +84,10 @@ public struct TimerSchedule: Sendable {
     /// at 02:30 New York time. `count` limits the number of handler calls.
     ///
     /// Daylight-saving changes: a time the change skips (02:30 on the day clocks spring
-    /// forward) fires at the first moment after the gap (03:00); a time that occurs twice
-    /// (01:30 on the day they fall back) fires at its first occurrence only. Dates that exist
+    /// forward) fires at the first moment after the gap (03:00); a time of day that occurs
+    /// twice (01:30 on the day they fall back) fires at its first occurrence only when the
+    /// components give the hour. An hourly schedule (minutes only) fires every hour that
+    /// passes, the repeated one included. Dates that exist
     /// only in some years (February 29) fire in those years. A fire that comes late (the
     /// machine was suspended, the wall clock stepped past a date) fires once, and the next is
     /// the first matching date after it.

@@ -72,7 +72,7 @@ public struct DurationHistogram: Sendable, CustomStringConvertible {
     public func percentile(_ percent: Double) -> Duration {
         guard count > 0 else { return .zero }
         let share = percent.isNaN ? 0 : Swift.min(Swift.max(percent, 0), 100) / 100
-        let rank = Swift.max(1, UInt64((share * Double(count)).rounded(.up)))
+        let rank = Swift.max(1, UInt64(Self.rank(share, of: count)))
         var seen: UInt64 = 0
         for (index, inBucket) in counts.enumerated() where inBucket > 0 {
             seen += inBucket
@@ -82,6 +82,15 @@ public struct DurationHistogram: Sendable, CustomStringConvertible {
             }
         }
         return max
+    }
+
+    /// The rank (1-based, unclamped below) of the `share` percentile of `count` values: the
+    /// smallest k with k ≥ share·count. A product that floating point puts a hair above a whole
+    /// number (0.07 · 100 = 7.000000000000001) is that whole number.
+    static func rank(_ share: Double, of count: Int) -> Int {
+        let product = share * Double(count)
+        let nearest = product.rounded()
+        return abs(product - nearest) <= 1e-9 * Swift.max(1, product) ? Int(nearest) : Int(product.rounded(.up))
     }
 
     /// The median: `percentile(50)`.
@@ -146,7 +155,8 @@ public struct SlowHandlerReport: Sendable, CustomStringConvertible {
     public let source: Source
     /// How long it ran.
     public let duration: Duration
-    /// Timers of the backend that came due while it ran and waited for it.
+    /// Other timers of the backend that were due by the time it returned, and waited for it.
+    /// (A repeating handler that overran its own next tick does not count itself.)
     public let delayedTimers: Int
 
     public var description: String {

@@ -165,6 +165,7 @@ extension TimerScheduler {
         try mutex.withLock { () throws(TimerError) in
             if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
             if isShutDown { throw shutDownErrorLocked() }
+            if schedule.clock != .monotonic || timer.clock != .monotonic { refreshClockOffsetsLocked(reporting: clockTimerCount > 0) }
             let resolved = try schedule.resolve(now: clock.now(), offsets: clockOffsets)
             let previousKey = timer.entrySequence != 0 ? keyLocked(timer) : nil
             if timer.clock != resolved.clock {

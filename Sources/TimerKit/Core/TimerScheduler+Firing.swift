@@ -50,6 +50,7 @@ extension TimerScheduler {
             fired += 1
             let call = beginCallLocked(timer, at: previousCallEnded)
             let began = call.tick.actual.nanoseconds
+            let due = call.tick.scheduled.nanoseconds
             let timed = recordsStatistics
             mutex.unlock()
             // `consume`: without it a debug build keeps `call` (and the handler, tick and
@@ -61,7 +62,10 @@ extension TimerScheduler {
             previousCallEnded = finished
             mutex.lock()
             endCallLocked(timer, called: called)
-            if called, let finished { recordHandlerLocked(timer, began: began, finished: finished.nanoseconds) }
+            // Only a call that happened counts (one whose target was gone did not).
+            if called, let finished {
+                recordCallLocked(timer, late: began > due ? began - due : 0, began: began, finished: finished.nanoseconds)
+            }
             if timer.extras?.runsTasks == true && called {
                 // Its task decides what follows, when it returns (`taskReturned`). If it has
                 // returned already, during this call, the timer may have ended with this call
@@ -225,16 +229,9 @@ extension TimerScheduler {
         let epoch = epochLocked(timer.clock)
         let clockChanged = timer.clockEpoch != epoch
         timer.clockEpoch = epoch
-        if recordsStatistics {
-            let late = actual.nanoseconds > scheduled ? actual.nanoseconds - scheduled : 0
-            stats.recordLateness(late)
-            stats.fires += 1
-            timer.lastLateness = late
-            if late > timer.maxLateness { timer.maxLateness = late }
-            if missed > 0 {
-                timer.missedTicks += missed
-                if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
-            }
+        if recordsStatistics && missed > 0 {
+            timer.missedTicks += missed
+            if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
         }
         let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
         if timer.interval > 0 {

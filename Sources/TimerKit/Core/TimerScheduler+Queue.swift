@@ -38,7 +38,11 @@ extension TimerScheduler {
         if isShutDown {
             refusal = shutDownErrorLocked()
         } else if timer.state == .scheduled {  // a registry-wide cancel may have ended it already
-            if timer.clock != .monotonic { countClockTimerLocked(timer) }
+            if timer.clock != .monotonic {
+                // The offsets may be old: none was read while no timer on these clocks was live.
+                refreshClockOffsetsLocked(reporting: clockTimerCount > 0)
+                countClockTimerLocked(timer)
+            }
             drawJitterLocked(timer)
             if startSuspended {
                 timer.state = .suspended
@@ -204,8 +208,8 @@ extension TimerScheduler {
     @inline(__always)
     func monotonicLocked(_ instant: UInt64, on clock: DeadlineClock) -> UInt64 {
         let offset = clockOffsets[clock]
-        // A deadline past the horizon keeps its meaning ("never"), whatever the offset.
-        if instant >= Self.horizonNanoseconds { return instant }
+        // "Never" (a date beyond what a deadline holds) stays never, whatever the offset.
+        if instant == .max { return instant }
         return instant >= offset ? instant - offset : 0
     }
 
@@ -224,28 +228,38 @@ extension TimerScheduler {
         timer.clockEpoch = epochLocked(timer.clock)
     }
 
-    /// Reads the clocks' offsets; if either moved by more than the reads' own spread (a step
-    /// of the wall clock, or a suspend), keys that clock's timers again, counts the change and
-    /// queues a `clockChanged` event. Returns whether anything changed.
+    /// Reads the clocks' offsets and keeps them. If either moved by more than the reads' own
+    /// spread (a step of the wall clock, or a suspend) and `reporting` (timers on those clocks
+    /// are live), keys that clock's timers again, counts the change and queues a
+    /// `clockChanged` event: one for a suspend (the continuous clock's step, which the wall
+    /// clock takes too), and one for what the wall clock stepped beyond it. Returns whether
+    /// anything was re-keyed.
     @discardableResult
-    func refreshClockOffsetsLocked() -> Bool {
+    func refreshClockOffsetsLocked(reporting: Bool = true) -> Bool {
         let fresh = clock.offsets(fixed: fixedClockOffsets)
-        var changed: [(DeadlineClock, Int64)] = []
-        for kind in [DeadlineClock.continuous, .wall] {
-            let step = Int64(bitPattern: fresh[kind] &- clockOffsets[kind])
-            if step.magnitude > Self.clockStepThreshold { changed.append((kind, step)) }
-        }
-        guard !changed.isEmpty else { return false }
+        // Virtual clocks read exactly: any change there is a change.
+        let threshold: UInt64
+        if case .virtual = clock { threshold = 0 } else { threshold = Self.clockStepThreshold }
+        let continuousStep = Int64(bitPattern: fresh.continuous &- clockOffsets.continuous)
+        let wallStep = Int64(bitPattern: fresh.wall &- clockOffsets.wall)
         clockOffsets = fresh
-        for (kind, step) in changed {
-            if kind == .wall { wallEpoch &+= 1 } else { continuousEpoch &+= 1 }
+        let continuousMoved = continuousStep.magnitude > threshold
+        let wallMoved = wallStep.magnitude > threshold
+        guard reporting, continuousMoved || wallMoved else { return false }
+        if continuousMoved {
+            continuousEpoch &+= 1
             stats.clockChanges += 1
-            pendingEvents.append(.clockChanged(backend: backendName, clock: kind, step: .nanoseconds(step)))
+            pendingEvents.append(.clockChanged(backend: backendName, clock: .continuous, step: .nanoseconds(continuousStep)))
         }
-        let moved = Set(changed.map(\.0))
+        if wallMoved { wallEpoch &+= 1 }
+        let wallOwnStep = wallStep &- (continuousMoved ? continuousStep : 0)
+        if wallOwnStep.magnitude > threshold {
+            stats.clockChanges += 1
+            pendingEvents.append(.clockChanged(backend: backendName, clock: .wall, step: .nanoseconds(wallOwnStep)))
+        }
         queue.rekey { entry in
             entry.element._withUnsafeGuaranteedRef { timer in
-                guard moved.contains(timer.clock), timer.entrySequence == entry.sequence else { return nil }
+                guard timer.clock != .monotonic, timer.entrySequence == entry.sequence else { return nil }
                 return keyLocked(timer)
             }
         }

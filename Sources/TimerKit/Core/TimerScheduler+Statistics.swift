@@ -98,17 +98,24 @@ extension TimerScheduler {
         mutex.withLock { stats.reset(since: clock.now().nanoseconds) }
     }
 
-    /// Records a handler call of `timer` that began at `began` and returned at `finished`,
-    /// and queues a slow-handler report when it ran past the threshold.
+    /// Records a handler call of `timer` that began `late` after its tick was due, at `began`,
+    /// and returned at `finished`, and queues a slow-handler report when it ran past the
+    /// threshold. A call under way when the figures were reset counts from the reset.
     @inline(__always)
-    func recordHandlerLocked(_ timer: TimerHandle, began: UInt64, finished: UInt64) {
-        let ran = finished > began ? finished - began : 0
+    func recordCallLocked(_ timer: TimerHandle, late: UInt64, began: UInt64, finished: UInt64) {
+        stats.recordLateness(late)
+        stats.fires += 1
+        timer.lastLateness = late
+        if late > timer.maxLateness { timer.maxLateness = late }
+        let start = max(began, stats.since)
+        let ran = finished > start ? finished - start : 0
         if stats.recordHandler(ran) {
             stats.longestID = timer.id
             stats.longestName = timer.customName
         }
-        if slowHandlerNanoseconds > 0 && ran >= slowHandlerNanoseconds {
-            reportSlowLocked(.handler(timer: timer.name), ran: ran, finished: finished)
+        let whole = finished > began ? finished - began : 0
+        if slowHandlerNanoseconds > 0 && whole >= slowHandlerNanoseconds {
+            reportSlowLocked(.handler(timer: timer.name), ran: whole, finished: finished)
         }
     }
 
@@ -140,9 +147,14 @@ extension TimerScheduler {
         }
     }
 
-    /// Adds an observer of whole-backend events, for the scheduler's lifetime.
+    /// Adds an observer of whole-backend events, until the scheduler shuts down; after that
+    /// it is let go of at once (after the lock), never called.
     func addEventObserver(_ observer: @escaping @Sendable (TimerBackendEvent) -> Void) {
-        mutex.withLock { eventObservers.append(observer) }
+        var refused: [@Sendable (TimerBackendEvent) -> Void] = []
+        mutex.lock()
+        if isShutDown { refused.append(observer) } else { eventObservers.append(observer) }
+        mutex.unlock()
+        withExtendedLifetime(refused) {}
     }
 
     /// Takes the events queued under the lock, to deliver after unlocking (`deliver`).

@@ -28,11 +28,23 @@ import Synchronization
     func offsets(fixed: ClockOffsets) -> ClockOffsets {
         switch self {
         case .monotonic:
-            // Read around the monotonic reading, so that the offsets err by the reads' spacing only.
-            let wall = DeadlineClock.read(.wall)
-            let monotonic = DeadlineClock.read(.monotonic)
-            let continuous = DeadlineClock.read(.continuous)
-            return ClockOffsets(continuous: continuous &- monotonic, wall: wall &- monotonic)
+            // The other two clocks are read between two monotonic readings and set against
+            // their midpoint, so an offset errs by half the time the reads took. A thread
+            // preempted in between (milliseconds on a busy machine) would look like a step of
+            // the clock: such a reading is taken again, and the tightest of a few kept.
+            var best: (spread: UInt64, offsets: ClockOffsets)?
+            for _ in 0..<8 {
+                let before = DeadlineClock.read(.monotonic)
+                let wall = DeadlineClock.read(.wall)
+                let continuous = DeadlineClock.read(.continuous)
+                let after = DeadlineClock.read(.monotonic)
+                let spread = after &- before
+                let middle = before &+ spread / 2
+                let offsets = ClockOffsets(continuous: continuous &- middle, wall: wall &- middle)
+                if spread < 20_000 { return offsets }
+                if spread < best?.spread ?? .max { best = (spread, offsets) }
+            }
+            return best?.offsets ?? ClockOffsets(continuous: 0, wall: 0)
         case let .virtual(clock): return clock.offsets
         case .custom: return fixed
         }

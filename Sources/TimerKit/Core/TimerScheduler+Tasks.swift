@@ -29,11 +29,17 @@ extension TimerScheduler {
         } else if isLastCallOverLocked(timer) && !extras.rescheduledDuringTask {
             timer.state = .finished
             timer.endCause = .completed
+            if timer.clock != .monotonic { clockTimerCount -= 1 }
             finishedHandler = HandlerLifetime(handler: timer.handler)
             timer.handler = Self.endedHandler
             observers = dropObserversLocked(timer)
+            // Counted as running until it has left the registry, as in the fire path.
+            timer.activeCalls += 1
         } else if timer.state == .scheduled && timer.entrySequence == 0 {
-            if !extras.rescheduledDuringTask { timer.deadline = clock.now().nanoseconds.saturatingAdd(timer.interval) }
+            if !extras.rescheduledDuringTask {
+                // A full interval from now, on the timer's own clock.
+                timer.deadline = (clock.now().nanoseconds &+ clockOffsets[timer.clock]).saturatingAdd(timer.interval)
+            }
             do throws(TimerError) { try queueLocked(timer) } catch { failure = error }
         }
         extras.rescheduledDuringTask = false
@@ -42,8 +48,16 @@ extension TimerScheduler {
         mutex.unlock()
         withExtendedLifetime(finishedHandler) {}
         withExtendedLifetime(observers) {}
-        if finishedHandler != nil { registry.remove(timer) }
+        var leftRegistry: [EndWaiter] = []
+        if finishedHandler != nil {
+            registry.remove(timer)
+            mutex.lock()
+            timer.activeCalls -= 1
+            leftRegistry = takeEndWaitersLocked(timer)
+            if waiters > 0 { firingDone.broadcast() }
+            mutex.unlock()
+        }
         if failure != nil { finishShutdown(stopped) }
-        for waiter in endWaiters { waiter.action() }
+        for waiter in endWaiters + leftRegistry { waiter.action() }
     }
 }

@@ -196,7 +196,7 @@ extension TimerScheduler {
             if timer.clock != .monotonic {
                 // Judged on its own clock, so that it never fires before its deadline there,
                 // whatever its key said: a key made before the wall clock stepped back is early.
-                let ownNow = now &+ clockOffsets[timer.clock]
+                let ownNow = now &+ dueOffsets[timer.clock]
                 guard RepeatRule.latestFireTime(timer) <= ownNow || RepeatRule.dueTime(timer) <= ownNow else {
                     guard top.key <= now else { return nil }
                     queue.refileTop(key: max(keyLocked(timer), now &+ 1), sequence: top.sequence)

@@ -234,18 +234,27 @@ extension TimerScheduler {
     /// `clockChanged` event: one for a suspend (the continuous clock's step, which the wall
     /// clock takes too), and one for what the wall clock stepped beyond it. Returns whether
     /// anything was re-keyed.
+    ///
+    /// The offsets timers are keyed and ticks reported with stay as they were through changes
+    /// within the reads' spread (so that a grid's ticks stay exactly an interval apart); the
+    /// fresh ones judge whether a timer is due (so that a small step back fires nothing early).
     @discardableResult
     func refreshClockOffsetsLocked(reporting: Bool = true) -> Bool {
         let fresh = clock.offsets(fixed: fixedClockOffsets)
+        dueOffsets = fresh
+        guard reporting else {
+            clockOffsets = fresh
+            return false
+        }
         // Virtual clocks read exactly: any change there is a change.
         let threshold: UInt64
         if case .virtual = clock { threshold = 0 } else { threshold = Self.clockStepThreshold }
         let continuousStep = Int64(bitPattern: fresh.continuous &- clockOffsets.continuous)
         let wallStep = Int64(bitPattern: fresh.wall &- clockOffsets.wall)
-        clockOffsets = fresh
         let continuousMoved = continuousStep.magnitude > threshold
         let wallMoved = wallStep.magnitude > threshold
-        guard reporting, continuousMoved || wallMoved else { return false }
+        guard continuousMoved || wallMoved else { return false }
+        clockOffsets = fresh
         if continuousMoved {
             continuousEpoch &+= 1
             stats.clockChanges += 1

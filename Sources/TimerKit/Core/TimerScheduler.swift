@@ -98,6 +98,8 @@ import Synchronization
     /// How far the continuous and wall clocks were ahead of the monotonic one when their
     /// timers were last keyed; what a custom clock's offsets stay at (`SchedulerClock.offsets`).
     @exclusivity(unchecked) var clockOffsets: ClockOffsets
+    /// The offsets as last read: what decides whether a timer on those clocks is due.
+    @exclusivity(unchecked) var dueOffsets: ClockOffsets
     let fixedClockOffsets: ClockOffsets
     /// Live timers on the continuous or wall clock: while there are none, nothing reads those
     /// clocks. And the steps of each seen so far (`TimerHandle.clockEpoch`).
@@ -125,6 +127,7 @@ import Synchronization
         let fixed = ClockOffsets(continuous: DeadlineClock.read(.continuous) &- start, wall: DeadlineClock.read(.wall) &- start)
         self.fixedClockOffsets = fixed
         self.clockOffsets = clock.offsets(fixed: fixed)
+        self.dueOffsets = clockOffsets
     }
 
     deinit {

@@ -1,8 +1,9 @@
-# TimerKit: `make test` (lint, build, every test, a bench smoke run, the no-dependency check)
-# and `make demo` (the backend comparison). Both do their own set-up on a fresh Debian/Ubuntu
-# machine. Five packages live here: the library (.), TimerKitNIO (TimerKitNIO/, the backend on
-# a SwiftNIO event loop), TimerKitObservability (its metrics and log adapters), the comparison
-# tool (Bench/) and the microbenchmarks (Benchmarks/); each target below names the one it uses.
+# TimerKit: `make test` (lint, build, every test of every package, a bench smoke run, the no-dependency
+# check, a backend outside the repository run through TimerKitConformance) and `make demo` (the
+# backend comparison). Both do their own set-up on a fresh Debian/Ubuntu machine. Five packages
+# live here: the library (.), TimerKitNIO (TimerKitNIO/, the backend on a SwiftNIO event loop),
+# TimerKitObservability (its metrics and log adapters), the comparison tool (Bench/) and the
+# microbenchmarks (Benchmarks/); each target below names the one it uses.
 
 SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors

@@ -64,7 +64,8 @@ struct ObservabilityTests {
         #expect(try metrics.expectTimer("timerkit_lateness", [("backend", "manual")]).values.count == 6)
     }
 
-    /// With an interval, the backend itself runs the reports; dropping the reporter stops them.
+    /// With an interval, a timer of the backend starts the reports (they run off its loop);
+    /// dropping the reporter stops them.
     @Test func periodicReportsRunOnTheBackendUntilTheReporterGoes() throws {
         let metrics = TestMetrics()
         let clock = ManualBackend(registry: TimerRegistry())
@@ -73,6 +74,7 @@ struct ObservabilityTests {
         #expect(reporter != nil)
         #expect(clock.registry.count == 1)  // the report's timer
         clock.advance(by: .seconds(3))
+        #expect(waitUntil { metrics.recorders(label: "timerkit_live_timers").first?.values.count == 3 })
         let live = try metrics.expectGauge("timerkit_live_timers", [("backend", "manual")])
         #expect(live.values == [1, 1, 1])
         reporter = nil

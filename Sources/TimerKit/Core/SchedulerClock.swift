@@ -26,6 +26,13 @@ import Synchronization
     /// `fixed` (the offsets when the scheduler began: its time is not the kernel's, so the two
     /// cannot be compared later).
     func offsets(fixed: ClockOffsets) -> ClockOffsets {
+        preciseOffsets(fixed: fixed, within: .max) ?? fixed
+    }
+
+    /// `offsets(fixed:)` from a reading whose monotonic readings around it lay less than
+    /// `within` ns apart, or nil when none of a few did (a thread that kept being preempted):
+    /// such a reading cannot tell a step of the clock from the time the reads took.
+    func preciseOffsets(fixed: ClockOffsets, within limit: UInt64) -> ClockOffsets? {
         switch self {
         case .monotonic:
             // The other two clocks are read between two monotonic readings and set against
@@ -44,7 +51,8 @@ import Synchronization
                 if spread < 20_000 { return offsets }
                 if spread < best?.spread ?? .max { best = (spread, offsets) }
             }
-            return best?.offsets ?? ClockOffsets(continuous: 0, wall: 0)
+            guard let best, best.spread < limit else { return nil }
+            return best.offsets
         case let .virtual(clock): return clock.offsets
         case .custom: return fixed
         }

@@ -197,9 +197,13 @@ extension TimerScheduler {
                 // Judged on its own clock, so that it never fires before its deadline there,
                 // whatever its key said: a key made before the wall clock stepped back is early.
                 let ownNow = now &+ dueOffsets[timer.clock]
-                guard RepeatRule.latestFireTime(timer) <= ownNow || RepeatRule.dueTime(timer) <= ownNow else {
+                let ownDue = RepeatRule.dueTime(timer)
+                guard RepeatRule.latestFireTime(timer) <= ownNow || ownDue <= ownNow else {
                     guard top.key <= now else { return nil }
-                    queue.refileTop(key: max(keyLocked(timer), now &+ 1), sequence: top.sequence)
+                    // Filed again for when it is due by the clock as just read: not at once,
+                    // which would wake the loop again and again until then.
+                    let offset = dueOffsets[timer.clock]
+                    queue.refileTop(key: max(ownDue >= offset ? ownDue - offset : 0, now &+ 1), sequence: top.sequence)
                     continue
                 }
                 timer.entrySequence = 0

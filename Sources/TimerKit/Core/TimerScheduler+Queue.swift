@@ -240,7 +240,8 @@ extension TimerScheduler {
     /// fresh ones judge whether a timer is due (so that a small step back fires nothing early).
     @discardableResult
     func refreshClockOffsetsLocked(reporting: Bool = true) -> Bool {
-        let fresh = clock.offsets(fixed: fixedClockOffsets)
+        // A reading too loose to tell a step from the reads' own time changes nothing.
+        guard let fresh = clock.preciseOffsets(fixed: fixedClockOffsets, within: Self.clockStepThreshold / 2) else { return false }
         dueOffsets = fresh
         guard reporting else {
             clockOffsets = fresh

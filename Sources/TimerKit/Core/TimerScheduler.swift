@@ -126,7 +126,8 @@ import Synchronization
         let start = clock.now().nanoseconds
         let fixed = ClockOffsets(continuous: DeadlineClock.read(.continuous) &- start, wall: DeadlineClock.read(.wall) &- start)
         self.fixedClockOffsets = fixed
-        self.clockOffsets = clock.offsets(fixed: fixed)
+        // A tight reading if one can be had: a loose one would look like a step at the next.
+        self.clockOffsets = clock.preciseOffsets(fixed: fixed, within: Self.clockStepThreshold / 2) ?? clock.offsets(fixed: fixed)
         self.dueOffsets = clockOffsets
     }
 

@@ -162,6 +162,8 @@ bench-check: setup
 	rm -rf Benchmarks/.build/p90
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark \
 		--format metricP90AbsoluteThresholds --path .build/p90 --no-progress
+	cd Benchmarks && $(SWIFT) build -c release --product statistics-cost && \
+		"$$($(SWIFT) build -c release --show-bin-path)/statistics-cost" > .build/p90/statistics-cost.json
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:

@@ -22,6 +22,13 @@ let package = Package(
             path: "Benchmarks/TimerKitBenchmarks",
             swiftSettings: [.swiftLanguageMode(.v6)],
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
-        )
+        ),
+        // What statistics cost per fire, by paired rounds (see its header); run by make bench-check.
+        .executableTarget(
+            name: "statistics-cost",
+            dependencies: [.product(name: "TimerKit", package: "TimerKit")],
+            path: "StatisticsCost",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
     ]
 )

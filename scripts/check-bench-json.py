@@ -9,6 +9,8 @@ MACHINE = {"cpu", "cores", "kernel", "clock_source", "build", "compiler", "load_
 PERCENTILES = {"p50", "p90", "p99", "p999", "max"}
 THROUGHPUT = {"scenario", "backend", "timers", "schedule_ns", "reset_ns", "cancel_ns", "schedule_ns_p99", "reset_ns_p99",
               "cancel_ns_p99", "bytes_per_timer", "schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"}
+STALLS = {"scenario", "backend", "timers", "phases"}
+STALL_PHASE = {"phase", "max_ns", "recurring_max_ns", "recurring_index", "recurring_over50_us", "recurring_p9999_ns"}
 FANOUT = {"scenario", "backend", "timers", "tolerance_us", "fires", "cpu_ns_per_fire", "lateness_us", "max_lateness_over_tolerance_us", "peak_fires_per_ms", "jitter_us", "herd", "cpu_ns_per_fire_estimate"}
 ASYNC = {"scenario", "backend", "mode", "executor", "samples", "interval_us", "lateness_us", "floor_p50_us", "p50_us"}
 FIRST_FIRE = {"scenario", "backend", "samples", "lateness_us", "p50_us"}
@@ -36,7 +38,7 @@ def main(path, bench):
     for name, scenarios in known:
         for scenario in scenarios.split(","):
             expected.setdefault(scenario, set()).add(name)
-    seen = {"latency": set(), "throughput": set(), "async": set(), "fanout": set()}
+    seen = {"latency": set(), "throughput": set(), "stalls": set(), "async": set(), "fanout": set()}
     async_variants, async_peers = {}, set()
     for r in results:
         kind = r.get("scenario")
@@ -67,6 +69,11 @@ def main(path, bench):
             missing = THROUGHPUT - r.keys() or next((ESTIMATE - r[k].keys() for k in ("schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate") if ESTIMATE - r[k].keys()), set())
             if r.get("schedule_ns", 0) <= 0 or r.get("reset_ns", 0) <= 0 or r.get("cancel_ns", 0) <= 0:
                 problems.append(f"throughput {r.get('backend')}: no timing")
+        elif kind == "stalls":
+            phases = r.get("phases", [])
+            missing = STALLS - r.keys() or next((STALL_PHASE - p.keys() for p in phases if STALL_PHASE - p.keys()), set())
+            if [p.get("phase") for p in phases] != ["schedule", "reset", "cancel"] or any(p.get("recurring_max_ns", 0) <= 0 for p in phases):
+                problems.append(f"stalls {r.get('backend')}: phases {[p.get('phase') for p in phases]} or no timing")
         elif kind == "fanout":
             missing = FANOUT - r.keys() or PERCENTILES - r.get("lateness_us", {}).keys()
             if r.get("fires", 0) <= 0 or r.get("cpu_ns_per_fire", 0) <= 0 or r.get("peak_fires_per_ms", 0) <= 0:
@@ -90,7 +97,7 @@ def main(path, bench):
         if missing:
             problems.append(f"{kind} {r.get('backend')}: missing keys {sorted(missing)}")
         seen[kind].add(r.get("backend"))
-    for scenario in ("latency", "throughput", "async", "fanout"):
+    for scenario in ("latency", "throughput", "stalls", "async", "fanout"):
         if seen[scenario] != expected.get(scenario, set()):
             problems.append(f"{scenario} backends {sorted(seen[scenario])} != expected {sorted(expected.get(scenario, set()))}")
     for backend, variants in async_variants.items():

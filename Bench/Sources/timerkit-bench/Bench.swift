@@ -7,6 +7,7 @@ enum Scenario: String, ExpressibleByArgument, CaseIterable {
     case firstFire = "first-fire"
     case drift
     case throughput
+    case stalls
     case fanout
     case idle
     case display
@@ -47,7 +48,8 @@ struct RunBench: ParsableCommand {
         discussion: """
             Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
             (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule, reset and \
-            cancel N timers, deadlines 1–2 min, against raw native timers), fanout (10,000 \
+            cancel N timers, deadlines 1–2 min, against raw native timers), stalls (the longest single schedule, \
+            reset and cancel among N timers, which bounds how long each holds the lock), fanout (10,000 \
             repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz), async (a task awaiting each backend's clock and a ticks \
             loop, against its callbacks, Task.sleep and AsyncTimerSequence). \
             With no scenario, runs them all. Compare backends inside one run: p50 repeats between \
@@ -64,7 +66,7 @@ struct RunBench: ParsableCommand {
 
     @Option(
         help:
-            "Timers for the throughput scenario, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
+            "Timers for the throughput and stalls scenarios, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
     var timers: [Int] = []
 
     @Option(help: "Interval of the latency probe, e.g. 1ms, 250us.")
@@ -162,7 +164,10 @@ struct RunBench: ParsableCommand {
             for backend in allBackends { print("\(backend.name) \(backend.scenarios.map(\.rawValue).joined(separator: ","))") }
             // Raw baselines join throughput runs of every backend (no --backend, no --no-raw).
             for baseline in rawBaselines where (quick ? 10_000 : timers.min() ?? 1_000) <= baseline.maxTimers {
-                print("\(baseline.name) \(rawFanoutBaselines.contains(baseline.name) ? "throughput,fanout" : "throughput")")
+                var scenarios = ["throughput"]
+                if baseline.name != "foundation-raw" { scenarios.append("stalls") }
+                if rawFanoutBaselines.contains(baseline.name) { scenarios.append("fanout") }
+                print("\(baseline.name) \(scenarios.joined(separator: ","))")
             }
             return
         }
@@ -223,6 +228,14 @@ struct RunBench: ParsableCommand {
                     for size in sizes {
                         results += try runThroughput(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(
                             BenchResult.throughput)
+                    }
+                }
+            case .stalls:
+                let measurable = selected.filter { $0.make != nil }
+                if !measurable.isEmpty {
+                    for size in sizes {
+                        results += try runStalls(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(
+                            BenchResult.stalls)
                     }
                 }
             }

@@ -20,7 +20,7 @@ struct BenchBackend: Sendable {
         if realTime { list.append(.latency) }
         if baselineFirstFire != nil { list.append(.firstFire) }
         if realTime && make != nil { list += [.fanout, .async] }
-        if make != nil { list.append(.throughput) }
+        if make != nil { list += [.throughput, .stalls] }
         return list
     }
 

@@ -74,6 +74,7 @@ struct MachineInfo: Codable {
 enum BenchResult: Encodable {
     case latency(LatencyResult)
     case throughput(ThroughputResult)
+    case stalls(StallsResult)
     case display(DisplayResult)
     case idle(IdleResult)
     case firstFire(FirstFireResult)
@@ -91,6 +92,7 @@ enum BenchResult: Encodable {
         case let .display(result): try result.encode(to: encoder)
         case let .latency(result): try result.encode(to: encoder)
         case let .throughput(result): try result.encode(to: encoder)
+        case let .stalls(result): try result.encode(to: encoder)
         }
     }
 }
@@ -189,6 +191,22 @@ struct BenchReport: Encodable {
                             format(r.bytesPerTimer),
                             format(r.heapBytesPerTimer),
                         ]
+                    })
+        }
+        let stalls = results.compactMap { if case let .stalls(r) = $0 { r } else { nil } }
+        if !stalls.isEmpty {
+            out += "\nstalls: the longest single operation, each timed on its own, in two runs of the same workload\n"
+            out += "(µs: the longest both runs agree on, at which operation, and each run's longest; ops ≥ 50 µs in both runs)\n"
+            out += aligned(
+                [["backend", "timers", "phase", "longest agreed µs", "at op", "each run's longest µs", "p99.99 µs", "ops ≥ 50 µs"]]
+                    + stalls.flatMap { r in
+                        r.phases.map { p in
+                            [
+                                r.backend, "\(r.timers)", p.phase, format(p.recurringMaxNs / 1000), "\(p.recurringIndex)",
+                                p.maxNs.map { format($0 / 1000) }.joined(separator: " / "), format(p.recurringP9999Ns / 1000),
+                                "\(p.recurringOver50Us)",
+                            ]
+                        }
                     })
         }
         let firstFire = results.compactMap { if case let .firstFire(r) = $0 { r } else { nil } }

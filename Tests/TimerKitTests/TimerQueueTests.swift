@@ -33,7 +33,39 @@ struct TimerQueueTests {
         expected.sort { $0.0 < $1.0 || ($0.0 == $1.0 && $0.1 < $1.1) }
         #expect(popped.map(\.key) == expected.map(\.0))
         #expect(popped.map(\.sequence) == expected.map(\.1))
-        #expect(queue.isEmpty)
+        let isEmpty = queue.isEmpty  // #expect takes copies; the queue is not copyable
+        #expect(isEmpty)
+    }
+
+    /// Entries live in chunks that never move: the order holds across chunk edges (a parent
+    /// in one chunk, its children in the next), and an emptied queue keeps one spare chunk.
+    @Test func entriesAcrossChunkEdgesKeepTheOrderAndChunksAreGivenBack() {
+        var rng = SplitMix(seed: 13)
+        var queue = TimerQueue<Item>()
+        let total = 3 * TimerQueue<Item>.chunkSize + 5
+        for sequence in 1...UInt64(total) { queue.insert(Item(Int(sequence)), key: rng.next() % 10_000, sequence: sequence) }
+        let chunksFull = queue.chunkCount
+        #expect(chunksFull == 4)
+        queue.checkInvariants()
+        // Half out, from the top: the chunks past the one in use and one spare are freed.
+        var keys: [UInt64] = []
+        for _ in 0..<(total / 2) {
+            keys.append(queue.topKey ?? .max)
+            _ = queue.popTop()
+        }
+        queue.checkInvariants()
+        let (chunksHalf, countHalf) = (queue.chunkCount, queue.count)
+        #expect(chunksHalf <= countHalf / TimerQueue<Item>.chunkSize + 2)
+        let rest = drain(&queue)
+        keys += rest.map(\.key)
+        #expect(keys == keys.sorted())
+        #expect(keys.count == total)
+        let chunksEmpty = queue.chunkCount
+        #expect(chunksEmpty <= 2)
+        // And the queue grows again after shrinking.
+        for sequence in 1...UInt64(2 * TimerQueue<Item>.chunkSize) { queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence) }
+        queue.checkInvariants()
+        #expect(drain(&queue).map(\.id) == Array(1...2 * TimerQueue<Item>.chunkSize))
     }
 
     @Test func aRefiledTopSinksToItsNewPlace() {
@@ -86,7 +118,8 @@ struct TimerQueueTests {
         #expect(gone != nil, "the queue keeps its elements alive")
         let all = queue.removeAll()
         #expect(all.count == 2)
-        #expect(queue.isEmpty)
+        let isEmpty = queue.isEmpty  // #expect takes copies; the queue is not copyable
+        #expect(isEmpty)
         _ = consume all
         #expect(gone == nil, "removeAll gave back both retains")
     }

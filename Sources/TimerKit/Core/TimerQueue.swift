@@ -10,10 +10,16 @@
 /// leave when they reach the top, or a few at a time by `sweep`, which walks the entries from
 /// the end (mostly leaves, whose removal moves almost nothing).
 ///
+/// The entries live in chunks of 4,096 that never move: growing adds a chunk (and now and then
+/// copies the small table of chunk addresses), so no insert copies the queue to a bigger
+/// buffer under the scheduler's lock (a million entries are 24 MB: several ms to copy), and a
+/// queue that empties gives its chunks back but one.
+///
 /// Plain data, with no lock and no thread of its own: tests drive it directly. The queue owns
 /// one retain of each entry's element, taken in `insert` and given back with the element by
-/// `popTop`, `sweep` and `removeAll`; `deinit` of the owner must empty it first.
-struct TimerQueue<Element: AnyObject> {
+/// `popTop`, `sweep` and `removeAll`; its owner must empty it before it goes (the queue frees
+/// its memory, not its elements).
+struct TimerQueue<Element: AnyObject>: ~Copyable {
     struct Entry {
         var key: UInt64
         var sequence: UInt64
@@ -25,33 +31,81 @@ struct TimerQueue<Element: AnyObject> {
         }
     }
 
-    private var entries: ContiguousArray<Entry> = []
+    private static var chunkShift: Int { 12 }
+    static var chunkSize: Int { 1 << chunkShift }
+    private static var chunkMask: Int { chunkSize - 1 }
+
+    /// The chunks' addresses (`chunkCount` of them, room for `tableCapacity`).
+    private var chunks: UnsafeMutablePointer<UnsafeMutablePointer<Entry>>
+    private var tableCapacity = 4
+    private(set) var chunkCount = 0
+    private(set) var count = 0
     /// Where the next `sweep` looks, walking down from the end.
     private var sweepCursor = 0
 
-    var count: Int { entries.count }
-    var isEmpty: Bool { entries.isEmpty }
-    var topKey: UInt64? { entries.first?.key }
+    init() {
+        chunks = .allocate(capacity: tableCapacity)
+    }
+
+    deinit {
+        for index in 0..<chunkCount { chunks[index].deallocate() }
+        chunks.deallocate()
+    }
+
+    var isEmpty: Bool { count == 0 }
+    var topKey: UInt64? { count == 0 ? nil : entry(0).pointee.key }
     /// The earliest entry; its element is still owned by the queue.
-    var top: Entry? { entries.first }
+    var top: Entry? { count == 0 ? nil : entry(0).pointee }
+
+    /// Where entry `index` is stored (entries are plain data: no retain or release moves them).
+    @inline(__always)
+    private func entry(_ index: Int) -> UnsafeMutablePointer<Entry> {
+        chunks[index &>> Self.chunkShift] + (index & Self.chunkMask)
+    }
 
     mutating func insert(_ element: Element, key: UInt64, sequence: UInt64) {
-        entries.append(Entry(key: key, sequence: sequence, element: .passRetained(element)))
-        siftUp(from: entries.count - 1)
+        if count == chunkCount &<< Self.chunkShift { addChunk() }
+        entry(count).initialize(to: Entry(key: key, sequence: sequence, element: .passRetained(element)))
+        count += 1
+        siftUp(from: count - 1)
+    }
+
+    private mutating func addChunk() {
+        if chunkCount == tableCapacity {
+            let larger = UnsafeMutablePointer<UnsafeMutablePointer<Entry>>.allocate(capacity: tableCapacity * 2)
+            larger.moveInitialize(from: chunks, count: chunkCount)
+            chunks.deallocate()
+            chunks = larger
+            tableCapacity *= 2
+        }
+        chunks[chunkCount] = .allocate(capacity: Self.chunkSize)
+        chunkCount += 1
+    }
+
+    /// Takes the last entry out, and frees the last chunk once two stand empty (one spare, so
+    /// that a queue going back and forth across a chunk's edge does not allocate each time).
+    private mutating func removeLast() -> Entry {
+        count -= 1
+        let last = entry(count).move()
+        if chunkCount > (count &>> Self.chunkShift) + 2 {
+            chunkCount -= 1
+            chunks[chunkCount].deallocate()
+        }
+        return last
     }
 
     /// Removes the earliest entry and returns its element, with the queue's retain.
     mutating func popTop() -> Element? {
-        guard !entries.isEmpty else { return nil }
+        guard count > 0 else { return nil }
         return remove(at: 0).takeRetainedValue()
     }
 
     /// Gives the earliest entry a new, later key and sequence and lets it sink to its place:
     /// re-filing a timer whose deadline moved later while it waited.
     mutating func refileTop(key: UInt64, sequence: UInt64) {
-        guard !entries.isEmpty else { return }
-        entries[0].key = key
-        entries[0].sequence = sequence
+        guard count > 0 else { return }
+        entry(0).pointee.key = key
+        entry(0).pointee.sequence = sequence
         siftDown(from: 0)
     }
 
@@ -63,10 +117,10 @@ struct TimerQueue<Element: AnyObject> {
     ) -> Int {
         var looked = 0
         var found = 0
-        while looked < budget, found < limit, !entries.isEmpty {
-            if sweepCursor >= entries.count || sweepCursor < 0 { sweepCursor = entries.count - 1 }
+        while looked < budget, found < limit, count > 0 {
+            if sweepCursor >= count || sweepCursor < 0 { sweepCursor = count - 1 }
             looked += 1
-            if isDead(entries[sweepCursor]) {
+            if isDead(entry(sweepCursor).pointee) {
                 // What moves into this place is looked at next (it may have come from above).
                 removed.append(remove(at: sweepCursor).takeRetainedValue())
                 found += 1
@@ -80,11 +134,11 @@ struct TimerQueue<Element: AnyObject> {
     /// Empties the queue and returns every element (an element with several entries appears
     /// once per entry), with the queue's retains.
     mutating func removeAll() -> [Element] {
-        defer {
-            entries.removeAll()
-            sweepCursor = 0
-        }
-        return entries.map { $0.element.takeRetainedValue() }
+        var elements: [Element] = []
+        elements.reserveCapacity(count)
+        while count > 0 { elements.append(removeLast().element.takeRetainedValue()) }
+        sweepCursor = 0
+        return elements.reversed()
     }
 
     /// How many entries `isLive` says are live with keys at or before `key`: the timers due by
@@ -94,11 +148,11 @@ struct TimerQueue<Element: AnyObject> {
         var count = 0
         var stack = [0]
         while let index = stack.popLast() {
-            guard index < entries.count, entries[index].key <= key else { continue }
-            if isLive(entries[index]) { count += 1 }
+            guard index < self.count, entry(index).pointee.key <= key else { continue }
+            if isLive(entry(index).pointee) { count += 1 }
             let first = 4 * index + 1
             var child = first
-            while child < min(first + 4, entries.count) {
+            while child < min(first + 4, self.count) {
                 stack.append(child)
                 child += 1
             }
@@ -110,35 +164,36 @@ struct TimerQueue<Element: AnyObject> {
     /// order: O(n), for the rare change of a clock's offset.
     mutating func rekey(_ newKey: (Entry) -> UInt64?) {
         var changed = false
-        for index in entries.indices {
-            if let key = newKey(entries[index]) {
-                entries[index].key = key
+        for index in 0..<count {
+            if let key = newKey(entry(index).pointee) {
+                entry(index).pointee.key = key
                 changed = true
             }
         }
-        guard changed, entries.count > 1 else { return }
-        for index in stride(from: (entries.count - 2) / 4, through: 0, by: -1) { siftDown(from: index) }
+        guard changed, count > 1 else { return }
+        for index in stride(from: (count - 2) / 4, through: 0, by: -1) { siftDown(from: index) }
     }
 
     /// How many entries satisfy `predicate`. O(n): tests only.
     func count(where predicate: (Entry) -> Bool) -> Int {
-        entries.reduce(0) { $0 + (predicate($1) ? 1 : 0) }
+        (0..<count).reduce(0) { $0 + (predicate(entry($1).pointee) ? 1 : 0) }
     }
 
     /// Traps if the heap order is broken anywhere. Tests and debug builds only: O(n).
     func checkInvariants() {
-        for index in entries.indices.dropFirst() {
+        for index in (0..<count).dropFirst() {
             let parent = (index - 1) / 4
-            precondition(!entries[index].precedes(entries[parent]), "TimerQueue: entry \(index) precedes its parent \(parent)")
+            precondition(!entry(index).pointee.precedes(entry(parent).pointee), "TimerQueue: entry \(index) precedes its parent \(parent)")
         }
+        precondition(chunkCount <= (count &>> Self.chunkShift) + 2, "TimerQueue: \(chunkCount) chunks for \(count) entries")
     }
 
     private mutating func remove(at index: Int) -> Unmanaged<Element> {
-        let removed = entries[index].element
-        let last = entries.removeLast()
-        if index < entries.count {
-            entries[index] = last
-            if index > 0 && last.precedes(entries[(index - 1) / 4]) {
+        let removed = entry(index).pointee.element
+        let last = removeLast()
+        if index < count {
+            entry(index).pointee = last
+            if index > 0 && last.precedes(entry((index - 1) / 4).pointee) {
                 siftUp(from: index)
             } else {
                 siftDown(from: index)
@@ -148,39 +203,40 @@ struct TimerQueue<Element: AnyObject> {
     }
 
     private mutating func siftUp(from start: Int) {
-        entries.withUnsafeMutableBufferPointer { heap in
-            var index = start
-            let moving = heap[index]
-            while index > 0 {
-                let parent = (index - 1) / 4
-                guard moving.precedes(heap[parent]) else { break }
-                heap[index] = heap[parent]
-                index = parent
-            }
-            heap[index] = moving
+        var index = start
+        let moving = entry(index).pointee
+        while index > 0 {
+            let parent = (index - 1) / 4
+            let above = entry(parent).pointee
+            guard moving.precedes(above) else { break }
+            entry(index).pointee = above
+            index = parent
         }
+        entry(index).pointee = moving
     }
 
     private mutating func siftDown(from start: Int) {
-        entries.withUnsafeMutableBufferPointer { heap in
-            let count = heap.count
-            var index = start
-            let moving = heap[index]
-            while true {
-                let first = 4 * index + 1
-                guard first < count else { break }
-                var least = first
-                let end = min(first + 4, count)
-                var child = first + 1
-                while child < end {
-                    if heap[child].precedes(heap[least]) { least = child }
-                    child += 1
+        var index = start
+        let moving = entry(index).pointee
+        while true {
+            let first = 4 * index + 1
+            guard first < count else { break }
+            var least = first
+            var leastEntry = entry(first).pointee
+            let end = min(first + 4, count)
+            var child = first + 1
+            while child < end {
+                let candidate = entry(child).pointee
+                if candidate.precedes(leastEntry) {
+                    least = child
+                    leastEntry = candidate
                 }
-                guard heap[least].precedes(moving) else { break }
-                heap[index] = heap[least]
-                index = least
+                child += 1
             }
-            heap[index] = moving
+            guard leastEntry.precedes(moving) else { break }
+            entry(index).pointee = leastEntry
+            index = least
         }
+        entry(index).pointee = moving
     }
 }

@@ -23,8 +23,12 @@ public final class TimerRegistry: @unchecked Sendable {
     /// generation, so an id (slot + generation) is never handed out twice.
     private struct Slot {
         var generation: UInt32 = 0
+        /// While the slot is free: the next free slot of the same shard (`noSlot`: none).
+        var nextFree: UInt32 = noSlot
         var timer: TimerHandle?
     }
+
+    static let noSlot = UInt32.max
 
     /// Slots are handed to schedulers in chunks of this many: every slot of a chunk belongs
     /// to one scheduler's `RegistryShard`, so that a scheduler lists its own timers (at
@@ -33,7 +37,10 @@ public final class TimerRegistry: @unchecked Sendable {
 
     private let mutex = PThreadMutex()
     // Only touched while holding `mutex`, so the runtime exclusivity check is redundant.
-    @exclusivity(unchecked) private var slots: ContiguousArray<Slot> = []
+    /// The slot table, in chunks of `chunkSize` slots that never move: growing adds a chunk
+    /// (and now and then copies this small list of their addresses), so no registration copies
+    /// the table under the lock (a million slots are 16 MB).
+    @exclusivity(unchecked) private var slotChunks: [UnsafeMutablePointer<Slot>] = []
     /// Chunks no scheduler holds (their schedulers shut down with every timer gone).
     @exclusivity(unchecked) private var freeChunks: [UInt32] = []
     @exclusivity(unchecked) private var liveCount = 0
@@ -45,6 +52,8 @@ public final class TimerRegistry: @unchecked Sendable {
     /// so no lookup ever sees an ended timer.
     @exclusivity(unchecked) private var pendingRemovals: [TimerHandle] = []
     private static let removalBatch = 256
+    /// An empty buffer with room for a batch, kept for the next one (`releaseFlushed`).
+    @exclusivity(unchecked) private var spareRemovals: [TimerHandle] = []
     @exclusivity(unchecked) private var idByName: [String: UInt64] = [:]
     @exclusivity(unchecked) private var observers: [(token: UInt64, observer: TimerObserver)] = []
     @exclusivity(unchecked) private var nextObserverToken: UInt64 = 1
@@ -52,6 +61,20 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Creates an empty registry.
     public init() {}
+
+    deinit {
+        for chunk in slotChunks {
+            chunk.deinitialize(count: Self.chunkSize)
+            chunk.deallocate()
+        }
+    }
+
+    private var slotCount: Int { slotChunks.count * Self.chunkSize }
+
+    @inline(__always)
+    private func slot(_ index: Int) -> UnsafeMutablePointer<Slot> {
+        slotChunks[index / Self.chunkSize] + index % Self.chunkSize
+    }
 
     static let generatedPrefix = "timer#"
 
@@ -84,7 +107,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// duplicate `name`.
     func register(name: String?, in shard: RegistryShard, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
         var flushed: [TimerHandle] = []
-        defer { withExtendedLifetime(flushed) {} }
+        defer { releaseFlushed(flushed) }
         return try mutex.withLock { () throws(TimerError) in
             if let name, idByName[name] != nil {
                 flushed = flushLocked()  // the holder of the name may have just ended
@@ -98,11 +121,13 @@ public final class TimerRegistry: @unchecked Sendable {
                 shard.refusedByLimit += 1
                 throw .liveTimerLimit(scope: "\(shard.backendName) backend", limit: shard.maxLive)
             }
-            while shard.freeSlots.isEmpty { giveChunkLocked(to: shard) }
-            let slot = shard.freeSlots.removeLast()
-            let id = UInt64(slots[Int(slot)].generation) << 32 | UInt64(slot)
+            while shard.freeHead == Self.noSlot { giveChunkLocked(to: shard) }
+            let index = shard.freeHead
+            let free = slot(Int(index))
+            shard.freeHead = free.pointee.nextFree
+            let id = UInt64(free.pointee.generation) << 32 | UInt64(index)
             let timer = make(id)
-            slots[Int(slot)].timer = timer
+            free.pointee.timer = timer
             shard.occupied += 1
             shard.live += 1
             liveCount += 1
@@ -119,15 +144,18 @@ public final class TimerRegistry: @unchecked Sendable {
         if let free = freeChunks.popLast() {
             chunk = free
         } else {
-            chunk = UInt32(slots.count / Self.chunkSize)
-            slots.append(contentsOf: repeatElement(Slot(), count: Self.chunkSize))
+            chunk = UInt32(slotChunks.count)
+            let slots = UnsafeMutablePointer<Slot>.allocate(capacity: Self.chunkSize)
+            slots.initialize(repeating: Slot(), count: Self.chunkSize)
+            slotChunks.append(slots)
         }
         shard.chunks.append(chunk)
         let first = Int(chunk) * Self.chunkSize
-        // Reversed, so that `popLast` hands them out in ascending order; a slot whose
+        // Linked from the last, so that they are handed out in ascending order; a slot whose
         // generation has run out stays unused, so no id ever comes back.
-        for slot in (first..<first + Self.chunkSize).reversed() where slots[slot].generation < UInt32.max {
-            shard.freeSlots.append(UInt32(slot))
+        for index in (first..<first + Self.chunkSize).reversed() where slot(index).pointee.generation < UInt32.max {
+            slot(index).pointee.nextFree = shard.freeHead
+            shard.freeHead = UInt32(index)
         }
     }
 
@@ -176,14 +204,14 @@ public final class TimerRegistry: @unchecked Sendable {
             releaseChunksIfEmptyLocked(shard)
             return flushed
         }
-        withExtendedLifetime(flushed) {}
+        releaseFlushed(flushed)
     }
 
     private func releaseChunksIfEmptyLocked(_ shard: RegistryShard) {
         guard shard.isRetired, shard.occupied == 0, !shard.chunks.isEmpty else { return }
         freeChunks.append(contentsOf: shard.chunks)
         shard.chunks = []
-        shard.freeSlots = []
+        shard.freeHead = Self.noSlot
     }
 
     /// Takes an ended timer out. Called once per timer, by the scheduler.
@@ -201,7 +229,7 @@ public final class TimerRegistry: @unchecked Sendable {
             let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
             return flushNow ? flushLocked() : []
         }
-        withExtendedLifetime(flushed) {}
+        releaseFlushed(flushed)
     }
 
     /// Takes ended timers out in one critical section (a scheduler's shutdown).
@@ -213,7 +241,7 @@ public final class TimerRegistry: @unchecked Sendable {
             for timer in timers { timer.scheduler.registryShard.live -= 1 }
             return flushLocked()
         }
-        withExtendedLifetime(flushed) {}
+        releaseFlushed(flushed)
     }
 
     /// Clears the slots of pending removals. Returns the batch, whose references the caller
@@ -225,31 +253,50 @@ public final class TimerRegistry: @unchecked Sendable {
         // would otherwise wait out one full miss per slot.
         var touched: UInt64 = 0
         for timer in pendingRemovals {
-            let slot = Int(timer.id & 0xFFFF_FFFF)
-            if slot < slots.count { touched &+= UInt64(slots[slot].generation) }
+            let index = Int(timer.id & 0xFFFF_FFFF)
+            if index < slotCount { touched &+= UInt64(slot(index).pointee.generation) }
         }
         guard touched != .max else { return [] }  // keeps the pass from being optimised away
         for timer in pendingRemovals {
-            let slot = Int(timer.id & 0xFFFF_FFFF)
+            let index = Int(timer.id & 0xFFFF_FFFF)
             // The batch still holds the timer, so clearing the slot never frees it here.
-            guard slot < slots.count, slots[slot].timer === timer else { continue }
-            slots[slot].timer = nil
+            guard index < slotCount else { continue }
+            let slot = slot(index)
+            guard slot.pointee.timer === timer else { continue }
+            slot.pointee.timer = nil
             let shard = timer.scheduler.registryShard
             shard.occupied -= 1
             // A slot whose generation would wrap is retired, so no id ever comes back.
-            if slots[slot].generation < UInt32.max {
-                slots[slot].generation += 1
-                if !shard.isRetired { shard.freeSlots.append(UInt32(slot)) }
+            if slot.pointee.generation < UInt32.max {
+                slot.pointee.generation += 1
+                if !shard.isRetired {
+                    slot.pointee.nextFree = shard.freeHead
+                    shard.freeHead = UInt32(index)
+                }
             }
             if let name = timer.customName { idByName[name] = nil }
             releaseChunksIfEmptyLocked(shard)
         }
-        defer { pendingRemovals = [] }
-        return pendingRemovals
+        // The batch leaves with its storage; an empty buffer kept from an earlier batch takes
+        // its place, so that removals allocate nothing in steady state.
+        var batch: [TimerHandle] = []
+        swap(&batch, &pendingRemovals)
+        swap(&pendingRemovals, &spareRemovals)
+        return batch
+    }
+
+    /// Releases a flushed batch, outside the lock (a timer's deinit may run user code), and
+    /// keeps its emptied storage for a later batch.
+    private func releaseFlushed(_ batch: consuming [TimerHandle]) {
+        guard batch.capacity > 0 else { return }
+        batch.removeAll(keepingCapacity: true)
+        mutex.lock()
+        if spareRemovals.capacity < batch.capacity { swap(&spareRemovals, &batch) }
+        mutex.unlock()
     }
 
     /// Slots in the table, free ones included (for tests).
-    package var slotTableCount: Int { mutex.withLock { slots.count } }
+    package var slotTableCount: Int { mutex.withLock { slotCount } }
 
     /// Clears the slots of every ended timer now instead of at the next batch.
     func applyPendingRemovals() {
@@ -259,7 +306,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// Runs `body` under the lock after applying pending removals.
     private func withCurrent<R>(_ body: () -> R) -> R {
         var flushed: [TimerHandle] = []
-        defer { withExtendedLifetime(flushed) {} }
+        defer { releaseFlushed(flushed) }
         return mutex.withLock {
             flushed = flushLocked()
             return body()
@@ -267,12 +314,14 @@ public final class TimerRegistry: @unchecked Sendable {
     }
 
     private func timer(id: UInt64) -> TimerHandle? {
-        let slot = Int(id & 0xFFFF_FFFF)
-        guard slot < slots.count, slots[slot].generation == UInt32(id >> 32) else { return nil }
-        return slots[slot].timer
+        let index = Int(id & 0xFFFF_FFFF)
+        guard index < slotCount, slot(index).pointee.generation == UInt32(id >> 32) else { return nil }
+        return slot(index).pointee.timer
     }
 
-    private var liveTimers: [TimerHandle] { slots.compactMap(\.timer) }
+    private var liveTimers: [TimerHandle] {
+        slotChunks.flatMap { chunk in UnsafeBufferPointer(start: chunk, count: Self.chunkSize).compactMap(\.timer) }
+    }
 
     /// The live timers registered in `shard`'s slots: one scheduler's, found without reading
     /// any other scheduler's.
@@ -282,8 +331,8 @@ public final class TimerRegistry: @unchecked Sendable {
             timers.reserveCapacity(shard.occupied)
             for chunk in shard.chunks {
                 let first = Int(chunk) * Self.chunkSize
-                for slot in first..<first + Self.chunkSize {
-                    if let timer = slots[slot].timer { timers.append(timer) }
+                for index in first..<first + Self.chunkSize {
+                    if let timer = slot(index).pointee.timer { timers.append(timer) }
                 }
             }
             return timers
@@ -426,7 +475,8 @@ final class RegistryShard: @unchecked Sendable {
     @exclusivity(unchecked) var maxLive = Int.max
     @exclusivity(unchecked) var refusedByLimit = 0
     @exclusivity(unchecked) var chunks: [UInt32] = []
-    @exclusivity(unchecked) var freeSlots: [UInt32] = []
+    /// The first of its free slots, each linked to the next (`TimerRegistry.noSlot`: none).
+    @exclusivity(unchecked) var freeHead = TimerRegistry.noSlot
     /// Slots holding a timer, ended timers waiting in the removal batch included.
     @exclusivity(unchecked) var occupied = 0
     /// Its scheduler has shut down: freed slots are not reused, and the chunks go back to the

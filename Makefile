@@ -154,16 +154,16 @@ docs-observability: setup
 
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
 benchmarks: setup
-	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark --target TimerKitBenchmarks
 
 # The microbenchmarks against the limits that guard the fire path and the allocation counts
 # (scripts/check-benchmarks.py): an allocation added per fire or per schedule fails CI.
 bench-check: setup
 	rm -rf Benchmarks/.build/p90
-	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark \
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark --target TimerKitBenchmarks \
 		--format metricP90AbsoluteThresholds --path .build/p90 --no-progress
 	cd Benchmarks && $(SWIFT) build -c release --product statistics-cost && \
-		"$$($(SWIFT) build -c release --show-bin-path)/statistics-cost" > .build/p90/statistics-cost.json
+		for run in 1 2 3; do "$$($(SWIFT) build -c release --show-bin-path)/statistics-cost" || exit 1; done > .build/p90/statistics-cost.jsonl
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:

@@ -30,5 +30,12 @@ let package = Package(
             path: "StatisticsCost",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // A fixed workload on the timer store for profilers (see its header).
+        .executableTarget(
+            name: "store-profile",
+            dependencies: [.product(name: "TimerKit", package: "TimerKit")],
+            path: "StoreProfile",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
     ]
 )

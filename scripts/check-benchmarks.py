@@ -52,24 +52,33 @@ def main(directory):
     check("allocations per fire on Manual", None if value is None else value / 1000, 0.5, "per fire")
     value = get(manual, "wallClock")
     check("fire path on Manual, p90", None if value is None else value / 1000, 1000, "ns per fire")
-    # What the always-on statistics cost per fire: the median of paired differences between
-    # rounds of fires with them on and off, taken in turns (Benchmarks/StatisticsCost).
-    cost_path = os.path.join(directory, "statistics-cost.json")
-    if not os.path.exists(cost_path):
-        problems.append(f"no {cost_path} (statistics-cost did not run)")
+    # What the always-on statistics cost per fire: in each of three processes, the median of
+    # paired differences between rounds of fires with them on and off on one backend
+    # (Benchmarks/StatisticsCost); the middle of the three is checked. Three processes, because
+    # where a process's memory lies moves a fire by a few ns either way.
+    cost_path = os.path.join(directory, "statistics-cost.jsonl")
+    runs = [json.loads(line) for line in open(cost_path)] if os.path.exists(cost_path) else []
+    if len(runs) != 3:
+        problems.append(f"{cost_path}: {len(runs)} runs of statistics-cost, not 3")
     else:
-        cost = json.load(open(cost_path))
-        lines.append(f"info fire path on Manual, median of {cost['rounds']} paired rounds: {cost['medianWithNs']:.1f} ns with statistics, "
-                     f"{cost['medianWithoutNs']:.1f} ns without; difference 95 % interval "
-                     f"{cost['differenceLowNs']:.2f}–{cost['differenceHighNs']:.2f} ns")
-        check("statistics' cost per fire on Manual (median paired difference)", cost["medianDifferenceNs"], 10, "ns per fire")
+        for run in runs:
+            lines.append(f"info statistics' cost, one process, {run['rounds']} paired rounds: {run['medianWithNs']:.1f} ns per fire with, "
+                         f"{run['medianWithoutNs']:.1f} without; difference {run['medianDifferenceNs']:.2f} ns "
+                         f"(95 % interval {run['differenceLowNs']:.2f}–{run['differenceHighNs']:.2f})")
+        middle = sorted(run["medianDifferenceNs"] for run in runs)[1]
+        check("statistics' cost per fire on Manual (middle of three processes' median paired differences)", middle, 10, "ns per fire")
     for name in ["debounce by name, calls in one burst (manual)", "debouncer object, calls in one burst (manual)"]:
         value = get(name, "mallocCountTotal")
         # 16 per 1,000-call sample is the harness's own constant (as in the Manual fire path).
         check(f"allocations per call, {name}", None if value is None else value / 1000, 0.05, "per call")
     pair = "schedule+cancel, 100k live (epoll)"
     value = get(pair, "mallocCountTotal")
-    check("allocations per schedule + cancel among 100k live timers (the handle)", None if value is None else value / 1000, 1.5, "per pair")
+    # One allocation per pair is the timer's handle; 16 per 1,000-pair sample is the harness's own
+    # constant. The registry's removal batches reuse their buffer (they cost 0.035 per pair when
+    # they did not): the limit fails one more allocation per 30 pairs.
+    check("allocations per schedule + cancel among 100k live timers (the handle)", None if value is None else value / 1000, 1.05, "per pair")
+    value = get("reset, 100k live (epoll)", "mallocCountTotal")
+    check("allocations per reset to a later deadline among 100k live timers", None if value is None else value / 1000, 0.05, "per reset")
     value = get(pair, "wallClock")
     check("schedule + cancel among 100k live timers, p90", None if value is None else value / 1000, 1500, "ns per pair")
 

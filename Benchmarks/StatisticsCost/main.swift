@@ -1,7 +1,8 @@
 // What recording statistics costs per fire, measured so that the machine's noise cancels out:
-// two Manual backends, one recording and one not, fire the same repeating timer in short
-// rounds taken in turns (which goes first alternates), and each pair of rounds gives one
-// difference. A p90 per benchmark moves by 10–20 ns from run to run on a shared VM; paired
+// one Manual backend fires a repeating timer in short rounds, recording statistics in one round
+// and not in the next (which comes first alternates), and each pair of rounds gives one
+// difference. One backend, not two: two instances differ by where their memory lies, which
+// moved a fire by ±10 ns between them, more than recording costs. A p90 per benchmark moves by 10–20 ns from run to run on a shared VM; paired
 // rounds see the same noise, so their median difference is what recording costs.
 //
 // Prints one JSON object: the median difference (ns per fire), its 95 % interval (order
@@ -17,17 +18,10 @@ func nowNanoseconds() -> UInt64 {
     return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
 }
 
-func backend(recording: Bool) throws -> ManualBackend {
-    let backend = ManualBackend(registry: TimerRegistry())
-    backend.scheduler.recordsFireStatistics = recording
-    try backend.schedule(.every(.microseconds(100))) { _ in }
-    backend.advance(by: .milliseconds(10))  // steady state
-    return backend
-}
-
-/// Nanoseconds per fire over `fires` fires.
+/// Nanoseconds per fire over `fires` fires, recording statistics or not.
 @inline(never)
-func round(_ backend: ManualBackend, fires: Int) -> Double {
+func round(_ backend: ManualBackend, recording: Bool, fires: Int) -> Double {
+    backend.scheduler.recordsFireStatistics = recording
     let start = nowNanoseconds()
     for _ in 0..<fires { backend.advance(by: .microseconds(100)) }
     return Double(nowNanoseconds() - start) / Double(fires)
@@ -36,15 +30,12 @@ func round(_ backend: ManualBackend, fires: Int) -> Double {
 let rounds = 4_000
 let firesPerRound = 100
 do {
-    let on = try backend(recording: true)
-    let off = try backend(recording: false)
-    defer {
-        on.shutdown()
-        off.shutdown()
-    }
-    for _ in 0..<200 {  // warm both
-        _ = round(on, fires: firesPerRound)
-        _ = round(off, fires: firesPerRound)
+    let backend = ManualBackend(registry: TimerRegistry())
+    defer { backend.shutdown() }
+    try backend.schedule(.every(.microseconds(100))) { _ in }
+    for _ in 0..<200 {  // steady state
+        _ = round(backend, recording: true, fires: firesPerRound)
+        _ = round(backend, recording: false, fires: firesPerRound)
     }
     var differences: [Double] = []
     var onTimes: [Double] = []
@@ -56,11 +47,11 @@ do {
         let withStatistics: Double
         let without: Double
         if index % 2 == 0 {
-            withStatistics = round(on, fires: firesPerRound)
-            without = round(off, fires: firesPerRound)
+            withStatistics = round(backend, recording: true, fires: firesPerRound)
+            without = round(backend, recording: false, fires: firesPerRound)
         } else {
-            without = round(off, fires: firesPerRound)
-            withStatistics = round(on, fires: firesPerRound)
+            without = round(backend, recording: false, fires: firesPerRound)
+            withStatistics = round(backend, recording: true, fires: firesPerRound)
         }
         differences.append(withStatistics - without)
         onTimes.append(withStatistics)

@@ -68,6 +68,26 @@ struct TimerQueueTests {
         #expect(drain(&queue).map(\.id) == Array(1...2 * TimerQueue<Item>.chunkSize))
     }
 
+    /// Growing never copies the entries to a bigger buffer (at a million entries that copy
+    /// held the scheduler's lock for milliseconds): where an entry is stored stays put while
+    /// the queue grows past many chunks and its table of chunks grows too.
+    @Test func growingNeverMovesTheEntries() {
+        var queue = TimerQueue<Item>()
+        // Rising keys: nothing sifts, so entry 0 and the last of the first chunk stay theirs.
+        for sequence in 1...UInt64(TimerQueue<Item>.chunkSize) { queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence) }
+        let first = queue.address(of: 0)
+        let lastOfFirstChunk = queue.address(of: TimerQueue<Item>.chunkSize - 1)
+        for sequence in UInt64(TimerQueue<Item>.chunkSize + 1)...UInt64(9 * TimerQueue<Item>.chunkSize) {
+            queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence)
+        }
+        let chunks = queue.chunkCount
+        #expect(chunks == 9)  // past the table's first capacity of 4, so the table grew twice
+        let (firstAfter, lastAfter) = (queue.address(of: 0), queue.address(of: TimerQueue<Item>.chunkSize - 1))
+        #expect(firstAfter == first)
+        #expect(lastAfter == lastOfFirstChunk)
+        _ = drain(&queue)
+    }
+
     @Test func aRefiledTopSinksToItsNewPlace() {
         var queue = TimerQueue<Item>()
         for id in 1...10 { queue.insert(Item(id), key: UInt64(id) * 10, sequence: UInt64(id)) }

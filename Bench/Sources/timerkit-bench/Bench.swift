@@ -48,7 +48,7 @@ struct RunBench: ParsableCommand {
         discussion: """
             Scenarios: latency (lateness of a repeating timer, optionally under --load), first-fire \
             (a fresh one-shot), drift (first vs last tenth of a long run), throughput (schedule, reset and \
-            cancel N timers, deadlines 1–2 min, against raw native timers), stalls (the longest single schedule, \
+            cancel N timers, deadlines 1–2 h, against raw native timers), stalls (the longest single schedule, \
             reset and cancel among N timers, which bounds how long each holds the lock), fanout (10,000 \
             repeating timers), idle (wake-ups with nothing due), display (DisplayLink at 60/120 Hz), async (a task awaiting each backend's clock and a ticks \
             loop, against its callbacks, Task.sleep and AsyncTimerSequence). \

@@ -178,7 +178,7 @@ struct BenchReport: Encodable {
         }
         let throughput = results.compactMap { if case let .throughput(r) = $0 { r } else { nil } }
         if !throughput.isEmpty {
-            out += "\nthroughput: schedule, reset each to a later deadline, then cancel, in random order; deadlines 1–2 min\n"
+            out += "\nthroughput: schedule, reset each to a later deadline, then cancel, in random order; deadlines 1–2 h\n"
             out += "(ns per operation: median of 1,000-operation batches ± half its 95 % interval, p99 of the batches in brackets)\n"
             out += aligned(
                 [["backend", "timers", "schedule ns", "reset ns", "cancel ns", "bytes/timer (RSS)", "heap bytes/timer"]]

@@ -38,7 +38,7 @@ let stallThresholdNs = 50_000.0
 
 func runStalls(backends: [BenchBackend], timers count: Int, includeRaw: Bool) throws -> [StallsResult] {
     var rng = SystemRandomNumberGenerator()
-    let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 60_000_000_000...120_000_000_000, using: &rng)) }
+    let delays = workloadDelays(count: count, using: &rng)
     let resetOrder = Array(0..<count).shuffled(using: &rng)
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
     var makers: [(name: String, make: () throws -> any ThroughputSubject)] = backends.compactMap { backend in

@@ -57,7 +57,14 @@ struct PhaseTimings {
 }
 
 /// How far a reset moves a deadline: past every deadline of the run, so each reset is later.
-let resetPush: Duration = .seconds(60)
+let resetPush: Duration = .seconds(3600)
+
+/// The deadlines of a throughput or stalls run: 1–2 hours away, in random order, so that no
+/// timer comes due before the run is over, however slow its slowest subject (a million
+/// resets of nio-raw take minutes), and every schedule, reset and cancel acts on a waiting one.
+func workloadDelays(count: Int, using rng: inout some RandomNumberGenerator) -> [Duration] {
+    (0..<count).map { _ in .nanoseconds(Int64.random(in: 3_600_000_000_000...7_200_000_000_000, using: &rng)) }
+}
 
 /// Every subject (the TimerKit backends, then the raw baselines) holds `count` timers at once,
 /// and the subjects take turns batch by batch — schedule batch k of each, in an order rotated
@@ -67,7 +74,7 @@ let resetPush: Duration = .seconds(60)
 func runThroughput(backends: [BenchBackend], timers count: Int, includeRaw: Bool = true) throws -> [ThroughputResult] {
     var rng = SystemRandomNumberGenerator()
     // The workload is made before any measurement so its memory is not counted.
-    let delays: [Duration] = (0..<count).map { _ in .nanoseconds(Int64.random(in: 60_000_000_000...120_000_000_000, using: &rng)) }
+    let delays = workloadDelays(count: count, using: &rng)
     let resetOrder = Array(0..<count).shuffled(using: &rng)
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
     let batch = 1000

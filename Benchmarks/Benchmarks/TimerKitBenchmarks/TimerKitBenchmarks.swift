@@ -42,6 +42,18 @@ let benchmarks: @Sendable () -> Void = {
         withExtendedLifetime(live) {}
     }
 
+    // Reset one timer among 100,000 live ones to a later deadline: an idle timeout moved on a
+    // read. Goal: no allocation (the queue entry stays where it is; nothing new is made).
+    Benchmark("reset, 100k live (epoll)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) { benchmark in
+        let backend = try EpollBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        // Live deadlines 1–2 h; each reset moves one to 2 h from now, later than where it was.
+        let live = try (0..<100_000).map { i in try backend.schedule(.after(.seconds(3_600 + (i * 7_919) % 3_600))) { _ in } }
+        benchmark.startMeasurement()
+        for i in benchmark.scaledIterations { try live[i % live.count].reschedule(.after(.seconds(7_200))) }
+        benchmark.stopMeasurement()
+    }
+
     // A neighbour's shutdown must not stall a busy backend: backend A holds 1,000,000 timers
     // while another thread starts backend B on the same registry, schedules one timer on it and
     // shuts it down, over and over. Each sample is one schedule + cancel pair on A; its p99

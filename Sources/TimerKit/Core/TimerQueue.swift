@@ -174,6 +174,11 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         for index in stride(from: (count - 2) / 4, through: 0, by: -1) { siftDown(from: index) }
     }
 
+    /// Where entry `index` is stored, for tests that check entries never move.
+    func address(of index: Int) -> UnsafeRawPointer? {
+        index < count ? UnsafeRawPointer(entry(index)) : nil
+    }
+
     /// How many entries satisfy `predicate`. O(n): tests only.
     func count(where predicate: (Entry) -> Bool) -> Int {
         (0..<count).reduce(0) { $0 + (predicate(entry($1).pointee) ? 1 : 0) }

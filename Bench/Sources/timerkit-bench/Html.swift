@@ -247,6 +247,17 @@ extension BenchReport {
                         rows: rows.map { ($0.backend, $0[keyPath: value]) }))
             }
         }
+        let stalls = results.compactMap { if case let .stalls(r) = $0 { r } else { nil } }
+        if let largest = stalls.map(\.timers).max() {
+            // Two runs, one figure each operation: dots without bars, as for drift.
+            charts.append(
+                IntervalChart(
+                    id: "stalls", title: "stalls: the longest single operation both runs agree on, \(largest) live timers (no interval)",
+                    unit: "µs",
+                    rows: stalls.filter { $0.timers == largest }.flatMap { r in
+                        r.phases.map { ("\(r.backend) \($0.phase)", Estimate(slices: [$0.recurringMaxNs / 1000])) }
+                    }))
+        }
         let fanout = results.compactMap { if case let .fanout(r) = $0 { r } else { nil } }
         if !fanout.isEmpty {
             charts.append(
@@ -331,7 +342,8 @@ extension BenchReport {
     /// intervals do not overlap, otherwise "no measurable difference". Never from one median.
     func summary() -> [Finding] {
         var findings: [Finding] = []
-        // Drift has no intervals; display compares each rate with its own floor, below.
+        // Drift and stalls have no intervals (their rows have one slice, so none contends);
+        // display compares each rate with its own floor, below.
         for chart in intervalCharts() where chart.id != "drift" && chart.id != "display" {
             // The floor and a self-check's second label are references, not contenders.
             let contenders = chart.rows.filter {

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@_spi(BackendImplementation) import TimerKit
+@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
 
 /// The three clocks on virtual time: wall-clock steps and suspends, exactly.
@@ -11,6 +11,24 @@ struct ClockTests {
     /// A Manual backend 1,000 s after boot, so that deadlines a step moves into the past still
     /// lie after boot (the monotonic clock, on which ticks report them, starts there).
     func makeClock() -> ManualBackend { ManualBackend(start: MonotonicInstant(nanoseconds: 1_000_000_000_000), registry: registry) }
+
+    /// The continuous clock is never behind the monotonic one. A reading that puts it a little
+    /// behind (the monotonic readings' midpoint fell after it) counts as level: as an unsigned
+    /// offset it was nearly 2^64, which put continuous deadlines before boot (such a timer
+    /// fired at once, and `statistics` recorded a lateness of the machine's uptime).
+    @Test func aContinuousReadingBehindTheReferenceCountsAsLevel() {
+        let behind = ClockOffsets.reading(continuous: 1_000_000, wall: 5_000_000, against: 1_000_400)
+        #expect(behind.continuous == 0)
+        #expect(behind.wall == 3_999_600)
+        let ahead = ClockOffsets.reading(continuous: 9_000_000, wall: 5_000_000, against: 1_000_000)
+        #expect(ahead.continuous == 8_000_000)
+        // And a reading of the kernel's clocks never yields a "negative" continuous offset.
+        for _ in 0..<10_000 {
+            let offsets = SchedulerClock.monotonic.offsets(fixed: ClockOffsets(continuous: 0, wall: 0))
+            #expect(offsets.continuous < 1 << 62)
+            if offsets.continuous >= 1 << 62 { break }
+        }
+    }
 
     @Test func aWallTimerFiresAtItsDate() throws {
         let clock = makeClock()

@@ -47,7 +47,7 @@ import Synchronization
                 let after = DeadlineClock.read(.monotonic)
                 let spread = after &- before
                 let middle = before &+ spread / 2
-                let offsets = ClockOffsets(continuous: continuous &- middle, wall: wall &- middle)
+                let offsets = ClockOffsets.reading(continuous: continuous, wall: wall, against: middle)
                 if spread < 20_000 { return offsets }
                 if spread < best?.spread ?? .max { best = (spread, offsets) }
             }

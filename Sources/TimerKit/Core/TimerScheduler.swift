@@ -124,7 +124,7 @@ import Synchronization
         // A custom clock's wall and continuous clocks start where the system's stand now, and
         // then move with it.
         let start = clock.now().nanoseconds
-        let fixed = ClockOffsets(continuous: DeadlineClock.read(.continuous) &- start, wall: DeadlineClock.read(.wall) &- start)
+        let fixed = ClockOffsets.reading(continuous: DeadlineClock.read(.continuous), wall: DeadlineClock.read(.wall), against: start)
         self.fixedClockOffsets = fixed
         // A tight reading if one can be had: a loose one would look like a step at the next.
         self.clockOffsets = clock.preciseOffsets(fixed: fixed, within: Self.clockStepThreshold / 2) ?? clock.offsets(fixed: fixed)

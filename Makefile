@@ -11,7 +11,7 @@ BENCH_PKG   := --package-path Bench
 NIO_PKG     := --package-path TimerKitNIO
 OBS_PKG     := --package-path TimerKitObservability
 BENCH        = Bench/.build/release/timerkit-bench
-FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Package.swift Bench/Package.swift Benchmarks/Package.swift \
+FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Package.swift Bench/Package.swift Benchmarks/Package.swift \
 	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests \
 	TimerKitObservability/Package.swift TimerKitObservability/Sources TimerKitObservability/Tests
 DOCS_OUT    := .build/docs

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-@testable @_spi(BackendImplementation) import TimerKit
 import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
 
 /// The three clocks on virtual time: wall-clock steps and suspends, exactly.
 @Suite("Clocks: monotonic, continuous, wall")

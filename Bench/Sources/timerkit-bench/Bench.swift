@@ -66,7 +66,8 @@ struct RunBench: ParsableCommand {
 
     @Option(
         help:
-            "Timers for the throughput and stalls scenarios, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million).")
+            "Timers for the throughput and stalls scenarios, repeatable (default: 1000, 10000 and 100000 in turn; add --timers 1000000 for a million)."
+    )
     var timers: [Int] = []
 
     @Option(help: "Interval of the latency probe, e.g. 1ms, 250us.")

@@ -42,7 +42,9 @@ func runStalls(backends: [BenchBackend], timers count: Int, includeRaw: Bool) th
     let resetOrder = Array(0..<count).shuffled(using: &rng)
     let cancelOrder = Array(0..<count).shuffled(using: &rng)
     var makers: [(name: String, make: () throws -> any ThroughputSubject)] = backends.compactMap { backend in
-        backend.make.map { make in (backend.name, { TimerKitSubject(name: backend.name, instance: try make(TimerRegistry()), delays: delays) }) }
+        backend.make.map { make in
+            (backend.name, { TimerKitSubject(name: backend.name, instance: try make(TimerRegistry()), delays: delays) })
+        }
     }
     if includeRaw {
         // Not foundation-raw: its cancel is O(n), a stall by design at any size.

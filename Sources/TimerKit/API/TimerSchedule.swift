@@ -20,12 +20,17 @@ public struct TimerSchedule: Sendable {
         case everyFrom(Amount, start: UInt64, count: Int?, jitter: Duration)
         /// `deadline` in ns on the schedule's clock.
         case atOwn(UInt64)
-        case calendar(CalendarRule, count: Int?)
+        /// The dates of `calendarRule`.
+        case calendar(count: Int?)
     }
 
+    /// Plain data, so that reading and copying it (on every schedule and reset) calls no value
+    /// witness: the one case with references, a calendar rule, keeps it in `calendarRule`.
     let kind: Kind
     /// The clock the deadlines are on.
     var clock: DeadlineClock = .monotonic
+    /// The rule of a `.calendar` schedule; nil for every other kind.
+    var calendarRule: CalendarRule? = nil
 
     /// Once, after `delay`.
     public static func after(_ delay: Duration) -> TimerSchedule { .init(kind: .after(.duration(delay))) }
@@ -95,7 +100,7 @@ public struct TimerSchedule: Sendable {
     /// Components no date matches (February 30) are refused with `TimerError.invalidOption`
     /// when the timer is scheduled.
     public static func calendar(matching components: DateComponents, in calendar: Calendar, count: Int? = nil) -> TimerSchedule {
-        .init(kind: .calendar(CalendarRule(components: components, calendar: calendar), count: count), clock: .wall)
+        .init(kind: .calendar(count: count), clock: .wall, calendarRule: CalendarRule(components: components, calendar: calendar))
     }
 
     /// Every day at `hour`:`minute` in `timeZone`, on the wall clock: `calendar(matching:in:count:)`
@@ -127,8 +132,6 @@ public struct TimerSchedule: Sendable {
         var remaining: Int
         var jitterNanoseconds: UInt64 = 0
         var clock: DeadlineClock = .monotonic
-        /// The dates of a calendar schedule.
-        var calendarRule: CalendarRule?
     }
 
     /// Resolves the schedule at `now` (monotonic), the other clocks being `offsets` ahead.
@@ -149,13 +152,14 @@ public struct TimerSchedule: Sendable {
             return Resolved(firstDeadline: deadline.nanoseconds, intervalNanoseconds: 0, remaining: 1)
         case let .atOwn(deadline):
             return Resolved(firstDeadline: deadline, intervalNanoseconds: 0, remaining: 1)
-        case let .calendar(rule, count):
+        case let .calendar(count):
             if let count, count < 1 { throw .invalidCount(count) }
-            guard let first = rule.next(after: now.nanoseconds) else {
+            guard let rule = calendarRule, let first = rule.next(after: now.nanoseconds) else {
                 throw .invalidOption(
-                    name: "calendar components", value: "\(rule.components)", allowed: "components that some later date matches")
+                    name: "calendar components", value: "\(calendarRule.map { "\($0.components)" } ?? "none")",
+                    allowed: "components that some later date matches")
             }
-            return Resolved(firstDeadline: first, intervalNanoseconds: 0, remaining: count ?? -1, calendarRule: rule)
+            return Resolved(firstDeadline: first, intervalNanoseconds: 0, remaining: count ?? -1)
         case let .every(amount, first, count, jitter):
             let interval = try Self.intervalNanoseconds(amount)
             let firstDelay =

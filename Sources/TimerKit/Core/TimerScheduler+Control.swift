@@ -182,9 +182,9 @@ extension TimerScheduler {
                 timer.extras = extras
                 drawJitterLocked(timer)
             }
-            if resolved.calendarRule != nil || timer.extras?.calendarRule != nil {
+            if schedule.calendarRule != nil || timer.extras?.calendarRule != nil {
                 let extras = timer.extras ?? TimerExtras()
-                extras.calendarRule = resolved.calendarRule
+                extras.calendarRule = schedule.calendarRule
                 timer.extras = extras
             }
             if let extras = timer.extras, extras.tasksRunning > 0 {

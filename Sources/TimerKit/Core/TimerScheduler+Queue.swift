@@ -18,9 +18,9 @@ extension TimerScheduler {
         if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
         let resolved = try schedule.resolve(now: clock.now(), offsets: clock.offsets(fixed: fixedClockOffsets))
         var extras: TimerExtras?
-        if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 || resolved.calendarRule != nil {
+        if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 || schedule.calendarRule != nil {
             let more = TimerExtras()
-            more.calendarRule = resolved.calendarRule
+            more.calendarRule = schedule.calendarRule
             more.jitter = resolved.jitterNanoseconds
             more.tolerance = UInt64(tolerance.saturatingNanoseconds)
             more.runsTasks = runsTasks

@@ -19,6 +19,7 @@ struct EpollTests {
                 } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
                     return 0
                 } catch {
+                    FileHandle.standardError.write(Data("failed otherwise: \(error)\n".utf8))
                     return 20
                 }
             }

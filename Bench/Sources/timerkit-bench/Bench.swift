@@ -222,21 +222,16 @@ struct RunBench: ParsableCommand {
                     backends: selected, interval: interval.duration, seconds: seconds * Self.asyncShare, rounds: rounds
                 ).map(
                     BenchResult.async)
-            case .throughput:
+            case .throughput, .stalls:
+                // Both run on every size, on the backends the bench can make directly; the raw
+                // baselines join when every backend is compared (no --backend filter).
                 let measurable = selected.filter { $0.make != nil }
-                if !measurable.isEmpty {
-                    // Raw baselines run when every backend is compared (no --backend filter).
-                    for size in sizes {
-                        results += try runThroughput(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(
-                            BenchResult.throughput)
-                    }
-                }
-            case .stalls:
-                let measurable = selected.filter { $0.make != nil }
-                if !measurable.isEmpty {
-                    for size in sizes {
-                        results += try runStalls(backends: measurable, timers: size, includeRaw: !noRaw && backendNames.isEmpty).map(
-                            BenchResult.stalls)
+                let includeRaw = !noRaw && backendNames.isEmpty
+                for size in sizes where !measurable.isEmpty {
+                    if scenario == .throughput {
+                        results += try runThroughput(backends: measurable, timers: size, includeRaw: includeRaw).map(BenchResult.throughput)
+                    } else {
+                        results += try runStalls(backends: measurable, timers: size, includeRaw: includeRaw).map(BenchResult.stalls)
                     }
                 }
             }

@@ -189,6 +189,22 @@ struct RegistryTests {
     /// A backend's shutdown finds its timers in its own chunks of the registry, not by reading
     /// every timer of every backend (with a million timers on a neighbour, that read held the
     /// registry's lock for milliseconds per shutdown); the chunks go back when it is done.
+    /// Growing the slot table never copies the slots to a bigger table (at a million timers that
+    /// copy held the registry's lock for milliseconds): the first timer's slot stays where it
+    /// was while thousands more are registered after it.
+    @Test func growingNeverMovesTheSlots() throws {
+        let registry = TimerRegistry()
+        let backend = ManualBackend(registry: registry)
+        defer { backend.shutdown() }
+        let first = try backend.schedule(.after(.seconds(60))) { _ in }
+        let before = try #require(registry.slotAddress(ofTimer: first.id))
+        let more = try (0..<20 * TimerRegistry.chunkSize).map { _ in try backend.schedule(.after(.seconds(60))) { _ in } }
+        let tableAfter = registry.slotTableCount
+        #expect(tableAfter > 20 * TimerRegistry.chunkSize)
+        #expect(registry.slotAddress(ofTimer: first.id) == before)
+        withExtendedLifetime(more) {}
+    }
+
     @Test func aShutdownEndsItsOwnTimersAndReadsNoOtherBackendsSlots() throws {
         let registry = TimerRegistry()
         let busy = ManualBackend(registry: registry)

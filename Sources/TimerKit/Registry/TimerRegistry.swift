@@ -298,6 +298,12 @@ public final class TimerRegistry: @unchecked Sendable {
     /// Slots in the table, free ones included (for tests).
     package var slotTableCount: Int { mutex.withLock { slotCount } }
 
+    /// Where the slot of the timer with `id` is stored, for tests that check slots never move.
+    package func slotAddress(ofTimer id: UInt64) -> UnsafeRawPointer? {
+        let index = Int(id & 0xFFFF_FFFF)
+        return mutex.withLock { index < slotCount ? UnsafeRawPointer(slot(index)) : nil }
+    }
+
     /// Clears the slots of every ended timer now instead of at the next batch.
     func applyPendingRemovals() {
         withCurrent {}

@@ -216,8 +216,9 @@ struct RegistryTests {
             let scheduled = try neighbour.schedule(.after(.seconds(1))) { _ in }
             let suspended = try neighbour.schedule(.every(.seconds(1))) { _ in }
             try suspended.suspend()
-            let own = registry.timers(in: neighbour.scheduler.registryShard)
-            #expect(Set(own.map(\.id)) == [scheduled.id, suspended.id])
+            var cursor = 0
+            let own = registry.timers(in: neighbour.scheduler.registryShard, from: &cursor, chunks: 16)
+            #expect(Set(own.timers.map(\.id)) == [scheduled.id, suspended.id] && !own.hasMore)
             #expect(neighbour.scheduler.registryShard.chunks.count == 1)
             neighbour.shutdown()
             #expect(scheduled.currentState == .cancelled && suspended.currentState == .cancelled)

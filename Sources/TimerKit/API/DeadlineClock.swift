@@ -35,28 +35,3 @@ public enum DeadlineClock: String, Sendable, CaseIterable, Hashable, CustomStrin
     /// clock, which a test must never make. Set only in a child process of a test.
     package static let wallSkewForTests = Atomic<Int64>(0)
 }
-
-/// How far the continuous and wall clocks are ahead of the monotonic one (ns). A timer on one
-/// of them is queued at its deadline minus its clock's offset, on the monotonic clock.
-struct ClockOffsets: Equatable, Sendable {
-    var continuous: UInt64
-    var wall: UInt64
-
-    /// The offsets of the continuous and wall clocks, read at `continuous` and `wall` while
-    /// another clock read `reference`. The continuous clock is the monotonic one plus the time
-    /// suspended, so it is never behind: a reading that puts it behind (by the reads' own
-    /// time, when the reference reading came after it) counts as level. As an unsigned
-    /// offset, "behind" would be nearly 2^64: it put every continuous deadline before boot,
-    /// so such a timer fired at once and reported a lateness of the machine's uptime.
-    static func reading(continuous: UInt64, wall: UInt64, against reference: UInt64) -> ClockOffsets {
-        ClockOffsets(continuous: continuous > reference ? continuous - reference : 0, wall: wall &- reference)
-    }
-
-    subscript(clock: DeadlineClock) -> UInt64 {
-        switch clock {
-        case .monotonic: 0
-        case .continuous: continuous
-        case .wall: wall
-        }
-    }
-}

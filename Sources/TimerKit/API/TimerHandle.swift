@@ -58,7 +58,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @exclusivity(unchecked) var clock: DeadlineClock
     /// The scheduler's count of steps of `clock` when this timer was last queued or fired: a
     /// fire that finds it behind says so (`Tick.clockChanged`).
-    @exclusivity(unchecked) var clockEpoch: UInt32 = 0
+    @exclusivity(unchecked) var clockSteps: UInt32 = 0
     @exclusivity(unchecked) var policy: MissedTickPolicy
     /// Calls of the handler under way (a handler that runs its loop nested can make two).
     @exclusivity(unchecked) var activeCalls: UInt16 = 0
@@ -136,7 +136,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         TimerSnapshot(
             name: name, backend: scheduler.backendName, state: state, fires: fires,
             nextDeadline: state == .scheduled
-                ? MonotonicInstant(nanoseconds: scheduler.monotonicLocked(RepeatRule.dueTime(self), on: clock)) : nil,
+                ? MonotonicInstant(nanoseconds: scheduler.clocks.offsets.monotonic(RepeatRule.dueTime(self), on: clock)) : nil,
             interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)),
             lastLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: lastLateness)),
             maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: maxLateness)), missedTicks: missedTicks)

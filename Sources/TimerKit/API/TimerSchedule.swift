@@ -134,16 +134,14 @@ public struct TimerSchedule: Sendable {
         var clock: DeadlineClock = .monotonic
     }
 
-    /// Resolves the schedule at `now` (monotonic), the other clocks being `offsets` ahead.
-    func resolve(now monotonicNow: MonotonicInstant, offsets: ClockOffsets = ClockOffsets(continuous: 0, wall: 0)) throws(TimerError)
-        -> Resolved
-    {
-        var resolved = try resolve(ownNow: MonotonicInstant(nanoseconds: monotonicNow.nanoseconds &+ offsets[clock]))
+    /// Resolves the schedule at `now`, the reading of its own clock (`clock`).
+    func resolve(ownNow now: UInt64) throws(TimerError) -> Resolved {
+        var resolved = try resolved(at: MonotonicInstant(nanoseconds: now))
         resolved.clock = clock
         return resolved
     }
 
-    private func resolve(ownNow now: MonotonicInstant) throws(TimerError) -> Resolved {
+    private func resolved(at now: MonotonicInstant) throws(TimerError) -> Resolved {
         switch kind {
         case let .after(amount):
             let delay = try Self.nanoseconds(amount, parameter: "delay")

@@ -10,7 +10,8 @@ import Synchronization
 /// lock, and arms the timerfd again.
 ///
 /// The thread starts with the first such timer and lives as long as the process. A scheduler
-/// is held weakly; one that has gone is dropped at the next change.
+/// registers once, with its first timer on those clocks, and unregisters when it shuts down;
+/// it is held weakly, so one that went without shutting down is dropped at the next change.
 package final class ClockWatcher: @unchecked Sendable {
     // @unchecked: `schedulers`, `state` and `injectedCancels` are guarded by `mutex`;
     // `descriptor` is written once, under it, before the thread starts.
@@ -67,6 +68,14 @@ package final class ClockWatcher: @unchecked Sendable {
             mutex.withLock { state = .failed(error) }
         }
     }
+
+    /// Stops watching for `scheduler` (it has shut down).
+    func unwatch(_ scheduler: TimerScheduler) {
+        _ = mutex.withLock { schedulers.removeValue(forKey: ObjectIdentifier(scheduler)) }
+    }
+
+    /// How many schedulers it watches for, for tests.
+    package var watchedCount: Int { mutex.withLock { schedulers.count } }
 
     /// What the watcher is doing.
     package var currentState: State { mutex.withLock { state } }

@@ -22,6 +22,18 @@ import Synchronization
         }
     }
 
+    /// The current time on `other`, as this clock reads it: the kernel's reading of that
+    /// clock for `.monotonic`; for virtual and custom clocks, `monotonic` (their reading now)
+    /// plus their offset, `fixed` for a custom clock.
+    @inline(__always)
+    func now(of other: DeadlineClock, monotonic: UInt64, fixed: ClockOffsets) -> UInt64 {
+        switch self {
+        case .monotonic: other == .monotonic ? monotonic : DeadlineClock.read(other)
+        case let .virtual(clock): clock.offsets.own(monotonic, on: other)
+        case .custom: fixed.own(monotonic, on: other)
+        }
+    }
+
     /// How far the continuous and wall clocks are ahead of this one now; for a custom clock,
     /// `fixed` (the offsets when the scheduler began: its time is not the kernel's, so the two
     /// cannot be compared later).
@@ -59,6 +71,85 @@ import Synchronization
     }
 }
 
+/// How far the continuous and wall clocks are ahead of the monotonic one, in ns, signed: a
+/// wall clock may read less than the time since boot (a board without a real-time clock before
+/// NTP has set it, a clock stepped back to 1970). A timer's deadline stays on its own clock;
+/// these only say when that is on the monotonic clock, through `monotonic(_:on:)` and
+/// `own(_:on:)`, the one pair of conversions.
+struct ClockOffsets: Equatable, Sendable {
+    var continuous: Int64
+    var wall: Int64
+
+    static let zero = ClockOffsets(continuous: 0, wall: 0)
+
+    /// The offsets of the continuous and wall clocks, read at `continuous` and `wall` while
+    /// the monotonic clock read `reference`. The continuous clock is the monotonic one plus the
+    /// time suspended, so it is never behind: a reading that puts it behind (by the reads' own
+    /// time, when the reference reading came after it) counts as level.
+    static func reading(continuous: UInt64, wall: UInt64, against reference: UInt64) -> ClockOffsets {
+        ClockOffsets(continuous: max(0, difference(continuous, reference)), wall: difference(wall, reference))
+    }
+
+    /// `a - b`, clamped to what an `Int64` holds.
+    static func difference(_ a: UInt64, _ b: UInt64) -> Int64 {
+        a >= b ? Int64(clamping: a - b) : -Int64(clamping: b - a)
+    }
+
+    @inline(__always)
+    subscript(clock: DeadlineClock) -> Int64 {
+        switch clock {
+        case .monotonic: 0
+        case .continuous: continuous
+        case .wall: wall
+        }
+    }
+
+    /// `instant` on `clock`, on the monotonic clock: 0 when that is before boot, and "never"
+    /// (`UInt64.max`, a date beyond what a deadline holds) stays never.
+    @inline(__always)
+    func monotonic(_ instant: UInt64, on clock: DeadlineClock) -> UInt64 {
+        let offset = self[clock]
+        if instant == .max || offset == 0 { return instant }
+        return offset > 0 ? (instant > UInt64(offset) ? instant - UInt64(offset) : 0) : instant.saturatingAdd(offset.magnitude)
+    }
+
+    /// The monotonic instant `monotonic` on `clock` (saturating at both ends).
+    @inline(__always)
+    func own(_ monotonic: UInt64, on clock: DeadlineClock) -> UInt64 {
+        let offset = self[clock]
+        if offset == 0 { return monotonic }
+        return offset > 0 ? monotonic.saturatingAdd(UInt64(offset)) : (monotonic > offset.magnitude ? monotonic - offset.magnitude : 0)
+    }
+}
+
+/// What each clock read at one moment: a wake-up's view of time, so that every timer it
+/// fires is judged due on its own clock against the same readings.
+struct ClockReadings {
+    let monotonic: UInt64
+    let continuous: UInt64
+    let wall: UInt64
+
+    @inline(__always)
+    subscript(clock: DeadlineClock) -> UInt64 {
+        switch clock {
+        case .monotonic: monotonic
+        case .continuous: continuous
+        case .wall: wall
+        }
+    }
+
+    /// When on the monotonic clock `instant` on `clock` comes: by how far it lies ahead of
+    /// that clock's reading, so that an instant not yet due there is never now or past here
+    /// (a conversion through offsets could be, by the reads' spread, and wake the loop again
+    /// and again).
+    @inline(__always)
+    func monotonic(_ instant: UInt64, on clock: DeadlineClock) -> UInt64 {
+        if clock == .monotonic || instant == .max { return instant }
+        let own = self[clock]
+        return instant <= own ? monotonic : monotonic.saturatingAdd(instant - own)
+    }
+}
+
 /// A settable clock for virtual-time backends. Read without a lock (an atomic load): the
 /// scheduler reads it at least twice per fire. It also keeps a virtual wall clock and a
 /// virtual continuous clock, as offsets from it that a suspend or a step moves.
@@ -75,8 +166,12 @@ import Synchronization
         wallOffset = Atomic(wallStart &- start.nanoseconds)
     }
 
+    /// Stored as bit patterns of signed offsets: a virtual wall clock may start before the
+    /// monotonic one (`ManualBackend(wallClockStart:)` at 1970).
     var offsets: ClockOffsets {
-        ClockOffsets(continuous: continuousOffset.load(ordering: .acquiring), wall: wallOffset.load(ordering: .acquiring))
+        ClockOffsets(
+            continuous: Int64(bitPattern: continuousOffset.load(ordering: .acquiring)),
+            wall: Int64(bitPattern: wallOffset.load(ordering: .acquiring)))
     }
 
     /// Steps the wall clock by `step` (either way).

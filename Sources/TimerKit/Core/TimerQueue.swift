@@ -17,8 +17,8 @@
 ///
 /// Plain data, with no lock and no thread of its own: tests drive it directly. The queue owns
 /// one retain of each entry's element, taken in `insert` and given back with the element by
-/// `popTop`, `sweep` and `removeAll`; its owner must empty it before it goes (the queue frees
-/// its memory, not its elements).
+/// `popTop` and `removeAll`, or released by `sweep` and `removeLast(upTo:)`; its owner must
+/// empty it before it goes (the queue frees its memory, not its elements).
 struct TimerQueue<Element: AnyObject>: ~Copyable {
     struct Entry {
         var key: UInt64
@@ -111,10 +111,8 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
 
     /// Looks at up to `budget` entries, walking down from where the last sweep stopped, and
     /// removes those `isDead` says are dead, stopping early once `limit` are removed. The
-    /// elements removed are appended to `removed`, with the queue's retains. Returns how many.
-    mutating func sweep(
-        budget: Int, limit: Int, isDead: (Entry) -> Bool, into removed: inout [Element]
-    ) -> Int {
+    /// queue's retains of the elements removed are released. Returns how many it removed.
+    mutating func sweep(budget: Int, limit: Int, isDead: (Entry) -> Bool) -> Int {
         var looked = 0
         var found = 0
         while looked < budget, found < limit, count > 0 {
@@ -122,13 +120,27 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
             looked += 1
             if isDead(entry(sweepCursor).pointee) {
                 // What moves into this place is looked at next (it may have come from above).
-                removed.append(remove(at: sweepCursor).takeRetainedValue())
+                remove(at: sweepCursor).release()
                 found += 1
             } else {
                 sweepCursor -= 1
             }
         }
         return found
+    }
+
+    /// Removes up to `limit` entries from the end (which keeps the heap order), shows each to
+    /// `visit`, and releases the queue's retains of their elements; returns how many it
+    /// removed. A queue emptied this way a slice at a time never holds its owner's lock for long.
+    mutating func removeLast(upTo limit: Int, _ visit: (Entry) -> Void = { _ in }) -> Int {
+        let removed = Swift.min(limit, count)
+        for _ in 0..<removed {
+            let last = removeLast()
+            visit(last)
+            last.element.release()
+        }
+        if count == 0 { sweepCursor = 0 }
+        return removed
     }
 
     /// Empties the queue and returns every element (an element with several entries appears
@@ -141,37 +153,22 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         return elements.reversed()
     }
 
-    /// How many entries `isLive` says are live with keys at or before `key`: the timers due by
-    /// then. Visits only those entries (none below an entry is earlier than it) and their
-    /// children. For slow-handler reports, which are rare.
-    func countDue(by key: UInt64, isLive: (Entry) -> Bool) -> Int {
-        var count = 0
+    /// Calls `body` with every entry whose key is at or before `key`. Visits only those entries
+    /// (none below an entry is earlier than it) and their children. For slow-handler reports,
+    /// once per wake-up that has any.
+    func forEachEntry(keyedAtOrBefore key: UInt64, _ body: (Entry) -> Void) {
+        guard count > 0 else { return }
         var stack = [0]
         while let index = stack.popLast() {
-            guard index < self.count, entry(index).pointee.key <= key else { continue }
-            if isLive(entry(index).pointee) { count += 1 }
+            guard entry(index).pointee.key <= key else { continue }
+            body(entry(index).pointee)
             let first = 4 * index + 1
             var child = first
-            while child < min(first + 4, self.count) {
+            while child < Swift.min(first + 4, count) {
                 stack.append(child)
                 child += 1
             }
         }
-        return count
-    }
-
-    /// Gives every entry for which `newKey` returns a key that key, then restores the heap
-    /// order: O(n), for the rare change of a clock's offset.
-    mutating func rekey(_ newKey: (Entry) -> UInt64?) {
-        var changed = false
-        for index in 0..<count {
-            if let key = newKey(entry(index).pointee) {
-                entry(index).pointee.key = key
-                changed = true
-            }
-        }
-        guard changed, count > 1 else { return }
-        for index in stride(from: (count - 2) / 4, through: 0, by: -1) { siftDown(from: index) }
     }
 
     /// Where entry `index` is stored, for tests that check entries never move.
@@ -184,9 +181,10 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         (0..<count).reduce(0) { $0 + (predicate(entry($1).pointee) ? 1 : 0) }
     }
 
-    /// Traps if the heap order is broken anywhere. Tests and debug builds only: O(n).
-    func checkInvariants() {
-        for index in (0..<count).dropFirst() {
+    /// Traps if the heap order is broken among the first `limit` entries (all by default).
+    /// Tests and debug builds only: O(min(n, limit)).
+    func checkInvariants(upTo limit: Int = .max) {
+        for index in (0..<Swift.min(count, limit)).dropFirst() {
             let parent = (index - 1) / 4
             precondition(!entry(index).pointee.precedes(entry(parent).pointee), "TimerQueue: entry \(index) precedes its parent \(parent)")
         }

@@ -7,32 +7,70 @@ import Glibc
 extension TimerScheduler: TaskExecutor {
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        mutex.lock()
-        guard !isShutDown, driver != nil else {
-            mutex.unlock()
-            globalConcurrentExecutor.enqueue(job)
-            return
+        locked { after in
+            guard !isShutDown, isAttached else {
+                after.strandedJobs.append(job)
+                return
+            }
+            jobs.append(job)
+            // On the loop inside `fireDueTimers` the job runs before that call returns.
+            if !isFiringThreadLocked { wakeForJobsLocked(&after) }
         }
-        jobs.append(job)
-        // On the loop inside `fireDueTimers` the job runs before that call returns.
-        let stranded = isFiringThreadLocked ? [] : wakeForJobsLocked()
-        mutex.unlock()
-        for job in stranded { globalConcurrentExecutor.enqueue(job) }
     }
 
     /// Arms the driver to wake at once if jobs wait and it is not armed that early already.
-    /// Returns the jobs to hand to the global executor when the driver refuses.
-    func wakeForJobsLocked() -> [UnownedJob] {
-        guard !jobs.isEmpty, let driver else { return [] }
+    /// If the driver refuses, the jobs go to the global executor.
+    func wakeForJobsLocked(_ after: inout AfterUnlock) {
+        guard !jobs.isEmpty, isAttached else { return }
         let now = clock.now().nanoseconds
-        guard armedKey > now else { return [] }
-        do throws(TimerError) {
-            try driver.wake(at: MonotonicInstant(nanoseconds: now))
-            armedKey = now
-            return []
-        } catch {
-            defer { jobs = [] }
-            return jobs
+        guard armedKey > now else { return }
+        do throws(TimerError) { try wakeLocked(at: now, &after) } catch {
+            after.strandedJobs.append(contentsOf: jobs)
+            jobs.removeAll()
+        }
+    }
+
+    /// The jobs queued so far, to run after this batch of handlers; the ones they queue wait for
+    /// the next wake-up, so that a task that keeps yielding cannot hold the timers back.
+    func takeJobsLocked() -> [UnownedJob] {
+        guard !isShutDown, !jobs.isEmpty else { return [] }
+        var batch: [UnownedJob] = []
+        swap(&batch, &spareJobs)
+        swap(&batch, &jobs)
+        return batch
+    }
+
+    /// Runs `batch` on this thread (the loop's), outside the lock; records the time they took
+    /// (each job's own when slow ones are reported), and asks for a wake-up for the jobs they
+    /// queued meanwhile.
+    func runJobs(_ taken: consuming [UnownedJob]) {
+        var batch = taken
+        guard !batch.isEmpty else { return }
+        let timesEachJob = mutex.withLock { slowHandlerNanoseconds > 0 }
+        let executor = asUnownedTaskExecutor()
+        let began = clock.now().nanoseconds
+        var finished = began
+        var timings: [(began: UInt64, finished: UInt64)] = []
+        for job in batch {
+            job.runSynchronously(on: executor)
+            if timesEachJob {
+                let start = finished
+                finished = clock.now().nanoseconds
+                timings.append((start, finished))
+            }
+        }
+        if !timesEachJob { finished = clock.now().nanoseconds }
+        batch.removeAll(keepingCapacity: true)
+        locked { after in
+            if timesEachJob {
+                for timing in timings { recordJobLocked(began: timing.began, finished: timing.finished) }
+                reportSlowCallsLocked()
+            } else {
+                stats.busyNanoseconds &+= finished &- began
+            }
+            if spareJobs.capacity < batch.capacity { swap(&batch, &spareJobs) }
+            // Jobs queued while the batch ran (a task's next step) need a wake-up of their own.
+            wakeForJobsLocked(&after)
         }
     }
 }

@@ -98,11 +98,12 @@ extension TimerScheduler {
         mutex.withLock { stats.reset(since: clock.now().nanoseconds) }
     }
 
-    /// Records a handler call of `timer` that began `late` after its tick was due, at `began`,
-    /// and returned at `finished`, and queues a slow-handler report when it ran past the
+    /// Records a handler call of `timer` that began at `began` for a tick due at `due`, and
+    /// returned at `finished`; notes it for a slow-handler report when it ran past the
     /// threshold. A call under way when the figures were reset counts from the reset.
     @inline(__always)
-    func recordCallLocked(_ timer: TimerHandle, late: UInt64, began: UInt64, finished: UInt64) {
+    func recordCallLocked(_ timer: TimerHandle, began: UInt64, due: UInt64, finished: UInt64) {
+        let late = began > due ? began - due : 0
         stats.recordLateness(late)
         stats.fires += 1
         timer.lastLateness = late
@@ -113,9 +114,11 @@ extension TimerScheduler {
             stats.longestID = timer.id
             stats.longestName = timer.customName
         }
+        guard slowHandlerNanoseconds > 0 else { return }
+        slowCalls.called(timer.id)
         let whole = finished > began ? finished - began : 0
-        if slowHandlerNanoseconds > 0 && whole >= slowHandlerNanoseconds {
-            reportSlowLocked(.handler(timer: timer.name), ran: whole, finished: finished)
+        if whole >= slowHandlerNanoseconds {
+            slowCalls.note(.handler(timer: timer.name), of: timer.id, ran: whole, finished: finished, sequence: nextSequence)
         }
     }
 
@@ -124,18 +127,87 @@ extension TimerScheduler {
         let ran = finished > began ? finished - began : 0
         stats.busyNanoseconds &+= ran
         if slowHandlerNanoseconds > 0 && ran >= slowHandlerNanoseconds {
-            reportSlowLocked(.task, ran: ran, finished: finished)
+            slowCalls.note(.task, of: 0, ran: ran, finished: finished, sequence: nextSequence)
         }
     }
 
-    private func reportSlowLocked(_ source: SlowHandlerReport.Source, ran: UInt64, finished: UInt64) {
-        let delayed = queue.countDue(by: finished) { entry in
-            !isDeadLocked(entry) && entry.element._withUnsafeGuaranteedRef { $0.orderSequence == entry.sequence }
+    /// Queues the reports of the slow calls noted since the last, each with the number of other
+    /// timers that were due by the time it returned and waited for it: those this wake-up
+    /// called after it, and those still waiting now that were queued before it returned. One
+    /// walk over the due entries serves every report (one walk per report made a herd of slow
+    /// handlers quadratic: 10,000 took 6 s).
+    func reportSlowCallsLocked() {
+        defer { slowCalls.reset() }
+        guard !slowCalls.notes.isEmpty else { return }
+        var waiting: [(key: UInt64, sequence: UInt64)] = []
+        let latest = slowCalls.notes.map(\.finished).max() ?? 0
+        for clock in DeadlineClock.allCases {
+            let bound = clocks.offsets.own(latest, on: clock)
+            queues.read(clock) { queue in
+                queue.heap.forEachEntry(keyedAtOrBefore: bound) { entry in
+                    let live = entry.element._withUnsafeGuaranteedRef {
+                        $0.entrySequence == entry.sequence && $0.orderSequence == entry.sequence
+                    }
+                    if live { waiting.append((clocks.offsets.monotonic(entry.key, on: clock), entry.sequence)) }
+                }
+            }
         }
-        pendingEvents.append(
-            .slowHandler(
-                SlowHandlerReport(
-                    backend: backendName, source: source, duration: .nanoseconds(Int64(clamping: ran)), delayedTimers: delayed)))
+        waiting.sort { $0.key < $1.key }
+        // Entries queued after the first report (a repeat's next tick, say): few, checked one by one.
+        let firstSequence = slowCalls.notes.map(\.sequence).min() ?? 0
+        let queuedLater = waiting.filter { $0.sequence > firstSequence }
+        for note in slowCalls.notes {
+            // Entries keyed at or before `finished`: a binary search of the sorted keys.
+            var (low, high) = (0, waiting.count)
+            while low < high {
+                let middle = (low + high) / 2
+                if waiting[middle].key <= note.finished { low = middle + 1 } else { high = middle }
+            }
+            var due = low
+            due -= queuedLater.reduce(0) { $0 + ($1.key <= note.finished && $1.sequence > note.sequence ? 1 : 0) }
+            let calledAfter = slowCalls.calledAfter(note)
+            pendingEvents.append(
+                .slowHandler(
+                    SlowHandlerReport(
+                        backend: backendName, source: note.source, duration: .nanoseconds(Int64(clamping: note.ran)),
+                        delayedTimers: due + calledAfter)))
+        }
+    }
+
+    /// Slow calls of one wake-up, reported together when it ends (`reportSlowCallsLocked`).
+    struct SlowCalls {
+        struct Note {
+            let source: SlowHandlerReport.Source
+            /// The timer's id (0 for a job), the calls made before it returned, how long it ran,
+            /// when it returned, and the scheduler's sequence then (what was queued before it).
+            let timer: UInt64
+            let callsBefore: Int
+            let ran: UInt64
+            let finished: UInt64
+            let sequence: UInt64
+        }
+
+        private(set) var notes: [Note] = []
+        /// The timers called so far in this wake-up, in order (kept only while slow calls are
+        /// reported).
+        private var called: [UInt64] = []
+
+        mutating func called(_ timer: UInt64) { called.append(timer) }
+
+        mutating func note(_ source: SlowHandlerReport.Source, of timer: UInt64, ran: UInt64, finished: UInt64, sequence: UInt64) {
+            notes.append(Note(source: source, timer: timer, callsBefore: called.count, ran: ran, finished: finished, sequence: sequence))
+        }
+
+        /// Calls of other timers made after `note`'s call returned, in the same wake-up: every
+        /// one was due by then (a wake-up calls only what was due when it began).
+        func calledAfter(_ note: Note) -> Int {
+            called[note.callsBefore...].reduce(0) { $0 + ($1 != note.timer ? 1 : 0) }
+        }
+
+        mutating func reset() {
+            notes.removeAll(keepingCapacity: true)
+            called.removeAll(keepingCapacity: true)
+        }
     }
 
     /// The threshold above which a handler or a task's job is reported; nil: none is.
@@ -157,16 +229,4 @@ extension TimerScheduler {
         withExtendedLifetime(refused) {}
     }
 
-    /// Takes the events queued under the lock, to deliver after unlocking (`deliver`).
-    @inline(__always)
-    func takeEventsLocked() -> (events: [TimerBackendEvent], observers: [@Sendable (TimerBackendEvent) -> Void]) {
-        guard !pendingEvents.isEmpty else { return ([], []) }
-        defer { pendingEvents = [] }
-        return (pendingEvents, eventObservers)
-    }
-
-    /// Tells every observer of each event, outside the lock.
-    func deliver(_ taken: (events: [TimerBackendEvent], observers: [@Sendable (TimerBackendEvent) -> Void])) {
-        for event in taken.events { for observer in taken.observers { observer(event) } }
-    }
 }

@@ -1,7 +1,7 @@
 import Glibc
 import Synchronization
 
-/// The core of every backend: a queue of deadlines, the timer state machine,
+/// The core of every backend: a queue of deadlines per clock, the timer state machine,
 /// drift-free repeat arithmetic and the missed-tick policy.
 ///
 /// Part of the surface for backend implementors (`@_spi(BackendImplementation) import
@@ -12,19 +12,22 @@ import Synchronization
 /// ## The rule that keeps it from hanging
 ///
 /// No user code runs while `mutex` is held, and neither does the release of anything user
-/// code owns: handler closures and their captures, targets, observers, ticks, and timer
-/// handles (whose last release frees the closures they hold). The fire path takes a due
-/// timer out under the lock, copies what the call needs, unlocks, makes the call, and lets
-/// those copies go before it locks again; timers and closures the lock-holding code lets go
-/// of are collected and released after unlocking (as SwiftNIO's `runOneLoopTick` and
-/// tokio's `process_at_sharded_time` do). A debug build's mutex is error-checking, so a
-/// breach that re-enters the lock crashes with a message instead of hanging.
+/// code owns: handler closures and their captures, targets, observers, ticks, and the backend
+/// itself (the driver, loaded strongly for a wake-up). Every critical section collects what it
+/// lets go of and what it owes (end waiters, events, tasks to cancel) in an `AfterUnlock`,
+/// which runs after unlocking, as SwiftNIO's `runOneLoopTick` and tokio's
+/// `process_at_sharded_time` do. Timers need no carrying: `endLocked`, the one place a timer
+/// ends, takes everything of the user's out of it, so the last reference to an ended timer may
+/// go anywhere, and a live timer is also held by the registry. A debug build's mutex is
+/// error-checking, so a breach that re-enters the lock crashes with a message instead of
+/// hanging.
 ///
 /// ## Where each part lives
 ///
 /// One type under one lock, in files that each answer one question: this one holds the
-/// state; `+Queue` where each timer waits (the queue itself is `TimerQueue`, a plain data
-/// structure); `+Control` what callers do to a timer; `+Firing` the fire call; `+Tasks` and
+/// state; `+Queue` where each timer waits (the queues themselves are `ClockQueues`, plain
+/// data); `+Clocks` what the continuous and wall clocks read; `+Ending` the one place a timer
+/// ends; `+Control` what callers do to a timer; `+Firing` the fire call; `+Tasks` and
 /// `+Executor` tasks started by timers and tasks run on the loop; `+Lifecycle` shutdown. Its
 /// members are internal so that those files share them; only they touch them.
 @_spi(BackendImplementation) public final class TimerScheduler: @unchecked Sendable {
@@ -43,29 +46,29 @@ import Synchronization
     let mutex = PThreadMutex()
     /// The registry slots this scheduler's timers occupy (guarded by the registry's lock).
     let registryShard: RegistryShard
-    /// Broadcast when a handler call or a `fireDueTimers` call ends, to `cancelAndWait` and
-    /// `shutdown` callers waiting for one.
+    /// Broadcast when a handler call, a `fireDueTimers` call or a shutdown ends, to
+    /// `cancelAndWait` and `shutdown` callers waiting for one.
     let firingDone = PThreadCondition()
     // The properties below are only touched while holding `mutex`, which already makes
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).
-    @exclusivity(unchecked) var queue = TimerQueue<TimerHandle>()
+    @exclusivity(unchecked) var queues = ClockQueues()
+    /// Held weakly (the backend owns the scheduler, and is often the driver). Loaded only into
+    /// an `AfterUnlock`, so that the strong reference a load makes is never dropped under the
+    /// lock: if the owner let the backend go meanwhile, its `deinit`, which shuts this
+    /// scheduler down, runs after unlocking.
     @exclusivity(unchecked) weak var driver: (any TimerDriver)?
+    /// Whether a driver was attached (read without loading it).
+    @exclusivity(unchecked) var isAttached = false
     /// The key the driver is armed for; `.max` when it is not armed.
     @exclusivity(unchecked) var armedKey: UInt64 = .max
-    /// Queue entries that no longer stand for their timer (it was cancelled, suspended, or
-    /// moved earlier). Cancel only marks: a dead entry leaves when it reaches the top, or is
-    /// swept a few at a time once they near the number of live ones (`sweepDeadLocked`),
-    /// so no operation pays for a pass over the whole queue.
-    @exclusivity(unchecked) var deadInQueue = 0
-    /// Timers whose dead entries left the queue under the lock: released after it, by the
-    /// operation that swept them. Kept between operations so that sweeping allocates nothing.
-    @exclusivity(unchecked) var sweptTimers: [TimerHandle] = []
     @exclusivity(unchecked) var nextSequence: UInt64 = 0
     /// Draws the jitter of timers scheduled with one (SplitMix64); seeded at random unless a
     /// test seeds it (`seedJitter`).
     @exclusivity(unchecked) var jitterState = UInt64.random(in: .min ... .max)
     @exclusivity(unchecked) var isShutDown = false
+    /// The shutdown has ended every timer (a second `shutdown()` waits for that).
+    @exclusivity(unchecked) var hasEndedAllTimers = false
     @exclusivity(unchecked) var loopFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
     let shutDownFlag = Atomic<Bool>(false)
@@ -79,11 +82,9 @@ import Synchronization
     /// Jobs of tasks that prefer this scheduler as their executor (`TimerBackend.taskExecutor`),
     /// waiting to run on the loop after its next batch of handlers.
     @exclusivity(unchecked) var jobs: [UnownedJob] = []
-    /// Empty buffers the fire loop reuses, so that a fire allocates nothing in steady state:
-    /// a batch of jobs (it swaps places with `jobs`) and a list of timers to let go of. Taken
-    /// under the lock by the outermost `fireDueTimers` and put back, empty, under the lock.
+    /// An empty buffer the fire loop reuses for a batch of jobs (it swaps places with
+    /// `jobs`), so that running them allocates nothing in steady state.
     @exclusivity(unchecked) var spareJobs: [UnownedJob] = []
-    @exclusivity(unchecked) var spareReleased: [Released] = []
     /// What `statistics` reports, recorded as timers fire.
     @exclusivity(unchecked) var stats: StatisticsRecorder
     /// Whether fires are recorded in `stats` (always, but for the benchmark that measures
@@ -91,21 +92,14 @@ import Synchronization
     @exclusivity(unchecked) var recordsStatistics = true
     /// Handlers and jobs that run at least this long (ns) are reported; 0: none is.
     @exclusivity(unchecked) var slowHandlerNanoseconds: UInt64 = 0
+    /// Slow calls of the current wake-up, reported when it ends (`SlowCalls`).
+    @exclusivity(unchecked) var slowCalls = SlowCalls()
     /// Observers of whole-backend events, and the events waiting to be told to them after
     /// the lock is released.
     @exclusivity(unchecked) var eventObservers: [@Sendable (TimerBackendEvent) -> Void] = []
     @exclusivity(unchecked) var pendingEvents: [TimerBackendEvent] = []
-    /// How far the continuous and wall clocks were ahead of the monotonic one when their
-    /// timers were last keyed; what a custom clock's offsets stay at (`SchedulerClock.offsets`).
-    @exclusivity(unchecked) var clockOffsets: ClockOffsets
-    /// The offsets as last read: what decides whether a timer on those clocks is due.
-    @exclusivity(unchecked) var dueOffsets: ClockOffsets
-    let fixedClockOffsets: ClockOffsets
-    /// Live timers on the continuous or wall clock: while there are none, nothing reads those
-    /// clocks. And the steps of each seen so far (`TimerHandle.clockEpoch`).
-    @exclusivity(unchecked) var clockTimerCount = 0
-    @exclusivity(unchecked) var wallEpoch: UInt32 = 0
-    @exclusivity(unchecked) var continuousEpoch: UInt32 = 0
+    /// What the continuous and wall clocks read against this scheduler's (`+Clocks`).
+    @exclusivity(unchecked) var clocks: ClockState
     /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
     @exclusivity(unchecked) var hasReportedShutdown = false
 
@@ -121,14 +115,7 @@ import Synchronization
         self.clock = clock
         self.taskExecutor = taskExecutor
         self.stats = StatisticsRecorder(since: clock.now().nanoseconds)
-        // A custom clock's wall and continuous clocks start where the system's stand now, and
-        // then move with it.
-        let start = clock.now().nanoseconds
-        let fixed = ClockOffsets.reading(continuous: DeadlineClock.read(.continuous), wall: DeadlineClock.read(.wall), against: start)
-        self.fixedClockOffsets = fixed
-        // A tight reading if one can be had: a loose one would look like a step at the next.
-        self.clockOffsets = clock.preciseOffsets(fixed: fixed, within: Self.clockStepThreshold / 2) ?? clock.offsets(fixed: fixed)
-        self.dueOffsets = clockOffsets
+        self.clocks = ClockState(clock)
     }
 
     deinit {
@@ -138,26 +125,36 @@ import Synchronization
 
     /// Connects the backend's driver. The scheduler holds it weakly (the backend owns the scheduler).
     public func attach(_ driver: any TimerDriver) {
-        mutex.withLock { self.driver = driver }
+        mutex.withLock {
+            self.driver = driver
+            isAttached = true
+        }
     }
 
     /// The scheduler's current time.
     @inline(__always)
     public func now() -> MonotonicInstant { clock.now() }
 
-    /// Live timers waiting in the queue (not suspended ones).
-    package var pendingCount: Int { mutex.withLock { queue.count - deadInQueue } }
+    /// Live timers waiting in the queues (not suspended ones).
+    package var pendingCount: Int { mutex.withLock { queues.live } }
 
-    /// Dead entries still in the queue (`deadInQueue`), for tests of the bound on them.
-    package var deadEntryCount: Int { mutex.withLock { deadInQueue } }
+    /// Dead entries still in the queues, for tests of the bound on them.
+    package var deadEntryCount: Int { mutex.withLock { queues.dead } }
 
-    /// Traps if the queue's order or its dead-entry count is wrong. O(n): tests only.
+    /// Traps if a queue's order or its counts are wrong. Tests; debug builds check after
+    /// every operation too (`checkInvariantsLocked`).
     package func checkQueueInvariants() {
-        mutex.withLock {
-            queue.checkInvariants()
-            let live = queue.count(where: { !isDeadLocked($0) })
-            precondition(live == queue.count - deadInQueue, "TimerScheduler: \(live) live entries, \(queue.count - deadInQueue) counted")
-        }
+        mutex.withLock { queues.checkInvariants() }
+    }
+
+    /// The store's invariants, after each operation in a debug build (as SwiftNIO's
+    /// `_popTasksLockedAssertInvariants`): each queue's dead entries at most one more than its
+    /// live ones, its heap order, and its counts. Nothing in a release build.
+    @inline(__always)
+    func checkInvariantsLocked() {
+        #if DEBUG
+            queues.checkInvariants()
+        #endif
     }
 
     /// Why the backend's loop stopped, if it stopped on an error (an `epoll_wait` failure, a
@@ -180,5 +177,18 @@ import Synchronization
 
     func shutDownErrorLocked() -> TimerError {
         loopFailure.map { .loopFailed(backend: backendName, cause: $0) } ?? .backendShutDown(backend: backendName)
+    }
+
+    /// Runs `body` under the lock with a carrier, settles the section (`settleLocked`: ended
+    /// timers leave the registry, their end waiters are taken), unlocks, and runs the carrier.
+    func locked<R, E: Error>(_ body: (inout AfterUnlock) throws(E) -> R) throws(E) -> R {
+        var after = AfterUnlock()
+        mutex.lock()
+        let result: Result<R, E>
+        do throws(E) { result = .success(try body(&after)) } catch { result = .failure(error) }
+        settleLocked(&after)
+        mutex.unlock()
+        after.run()
+        return try result.get()
     }
 }

@@ -117,18 +117,21 @@ struct Leftovers {
 
 extension TimerBackend {
     /// The live helper of type `Helper` registered on this backend as `name`, creating one
-    /// with `make` if none is; a timer of that name that is not such a helper is a
+    /// with `make` if none is; a live timer of that name that is not such a helper is a
     /// `duplicateName` error. Then runs `call` on it. Two threads creating one at once: the
-    /// second finds the first's.
+    /// second finds the first's. A helper whose timer ends meanwhile (cancelled by name,
+    /// `cancelAll`) is as good as none: the call looks again, and makes one.
     func withHelper<Helper: AnyObject>(
         named name: String, make: () throws(TimerError) -> Helper, _ call: (Helper) throws(TimerError) -> Void
     ) throws(TimerError) {
         try TimerRegistry.validate(name: name)
-        for _ in 0..<3 {
+        // Each turn fails only because another thread ended or registered the name meanwhile;
+        // the bound keeps a pathological race from spinning for ever.
+        for _ in 0..<100 {
             if let timer = registry.timer(named: name) {
-                guard timer.scheduler === scheduler, let helper = scheduler.helper(of: timer) as? Helper else {
-                    throw .duplicateName(name)
-                }
+                let (helper, isLive) = timer.scheduler.helper(of: timer)
+                guard isLive else { continue }
+                guard timer.scheduler === scheduler, let helper = helper as? Helper else { throw .duplicateName(name) }
                 // If its timer ends meanwhile, the helper's next `arm` schedules a new one.
                 return try call(helper)
             }

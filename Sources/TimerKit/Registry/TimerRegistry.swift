@@ -214,34 +214,30 @@ public final class TimerRegistry: @unchecked Sendable {
         shard.freeHead = Self.noSlot
     }
 
-    /// Takes an ended timer out. Called once per timer, by the scheduler.
+    /// Takes an ended timer out. Called once per timer, by its scheduler, with the scheduler's
+    /// lock held (this lock nests inside a scheduler's, never the other way round). Returns a
+    /// flushed batch of ended timers, for the caller to release after both locks (the last
+    /// reference to another scheduler's timer can end that scheduler, whose `deinit` takes this
+    /// lock), and then to hand back with `recycle`.
     ///
     /// A pending removal holds its timer, which holds its scheduler, which holds this
     /// registry: for a scheduler that has shut down, nothing may wait in the batch, or the
-    /// cycle outlives everyone's references. Its shutdown flushes the batch; a timer that ends
-    /// after that (one whose schedule raced the shutdown) is flushed here at once. The check
-    /// is made under this lock, after the shutdown's flag is set and before or after its flush.
-    func remove(_ timer: TimerHandle) {
-        let flushed: [TimerHandle] = mutex.withLock {
+    /// cycle outlives everyone's references. Its timers are flushed at once.
+    func remove(_ timer: TimerHandle) -> [TimerHandle] {
+        mutex.withLock {
             pendingRemovals.append(timer)
             liveCount -= 1
             timer.scheduler.registryShard.live -= 1
             let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
             return flushNow ? flushLocked() : []
         }
-        releaseFlushed(flushed)
     }
 
-    /// Takes ended timers out in one critical section (a scheduler's shutdown).
-    func remove(_ timers: [TimerHandle]) {
-        guard !timers.isEmpty else { return }
-        let flushed: [TimerHandle] = mutex.withLock {
-            pendingRemovals.append(contentsOf: timers)
-            liveCount -= timers.count
-            for timer in timers { timer.scheduler.registryShard.live -= 1 }
-            return flushLocked()
-        }
-        releaseFlushed(flushed)
+    /// Takes back the storage of a batch `remove` returned, emptied, for a later batch.
+    func recycle(_ batch: inout [TimerHandle]) {
+        var emptied: [TimerHandle] = []
+        swap(&emptied, &batch)
+        releaseFlushed(emptied)
     }
 
     /// Clears the slots of pending removals. Returns the batch, whose references the caller
@@ -325,23 +321,45 @@ public final class TimerRegistry: @unchecked Sendable {
         return slot(index).pointee.timer
     }
 
-    private var liveTimers: [TimerHandle] {
-        slotChunks.flatMap { chunk in UnsafeBufferPointer(start: chunk, count: Self.chunkSize).compactMap(\.timer) }
+    /// Chunks of slots one turn of the lock lists (4,096 slots): listing a million timers never
+    /// holds the lock, which every backend shares, for more than a slice.
+    static let chunksPerSlice = 16
+
+    /// The timers in the slots of `chunks`, from `cursor` on, for up to `count` chunks; advances
+    /// `cursor`.
+    private func timersLocked(inChunks chunks: (Int) -> Int?, from cursor: inout Int, count: Int) -> (timers: [TimerHandle], hasMore: Bool)
+    {
+        var timers: [TimerHandle] = []
+        let end = cursor + count
+        while cursor < end, let chunk = chunks(cursor) {
+            let first = chunk * Self.chunkSize
+            for index in first..<first + Self.chunkSize {
+                if let timer = slot(index).pointee.timer { timers.append(timer) }
+            }
+            cursor += 1
+        }
+        return (timers, chunks(cursor) != nil)
     }
 
-    /// The live timers registered in `shard`'s slots: one scheduler's, found without reading
-    /// any other scheduler's.
-    func timers(in shard: RegistryShard) -> [TimerHandle] {
-        withCurrent {
-            var timers: [TimerHandle] = []
-            timers.reserveCapacity(shard.occupied)
-            for chunk in shard.chunks {
-                let first = Int(chunk) * Self.chunkSize
-                for index in first..<first + Self.chunkSize {
-                    if let timer = slot(index).pointee.timer { timers.append(timer) }
-                }
+    /// Calls `body` with every live timer, a slice at a time: each slice is listed under the
+    /// lock, and `body` runs outside it. Timers registered meanwhile may or may not be listed.
+    private func forEachSlice(_ body: ([TimerHandle]) -> Void) {
+        var cursor = 0
+        var more = true
+        while more {
+            let slice = withCurrent {
+                timersLocked(inChunks: { $0 < slotChunks.count ? $0 : nil }, from: &cursor, count: Self.chunksPerSlice)
             }
-            return timers
+            more = slice.hasMore
+            body(slice.timers)
+        }
+    }
+
+    /// The timers registered in `shard`'s slots (one scheduler's, found without reading any
+    /// other scheduler's), from `cursor` on, `chunks` chunks of slots at a time.
+    func timers(in shard: RegistryShard, from cursor: inout Int, chunks: Int) -> (timers: [TimerHandle], hasMore: Bool) {
+        withCurrent {
+            timersLocked(inChunks: { $0 < shard.chunks.count ? Int(shard.chunks[$0]) : nil }, from: &cursor, count: chunks)
         }
     }
 
@@ -352,14 +370,14 @@ public final class TimerRegistry: @unchecked Sendable {
         }
     }
 
-    /// The live timers, after ending those whose target has been released. The targets are
-    /// checked here, outside the lock (see `WeakReference`).
-    private func liveTimersEndingOrphans() -> [TimerHandle] {
-        var live: [TimerHandle] = []
-        for timer in withCurrent({ liveTimers }) {
-            if timer.hasReleasedTarget { timer.cancel(because: .targetReleased) } else { live.append(timer) }
+    /// Calls `body` with each live timer, after ending those whose target has been released.
+    /// The targets are checked outside the lock (see `WeakReference`).
+    private func forEachLiveTimerEndingOrphans(_ body: (TimerHandle) -> Void) {
+        forEachSlice { slice in
+            for timer in slice {
+                if timer.hasReleasedTarget { timer.cancel(because: .targetReleased) } else { body(timer) }
+            }
         }
-        return live
     }
 
     /// The live timer registered as `name`, or nil. A target-action timer whose target has
@@ -384,7 +402,9 @@ public final class TimerRegistry: @unchecked Sendable {
     /// A snapshot of every live timer, sorted by name. Timers that end while it is taken are
     /// left out, never listed as ended.
     public func snapshot() -> [TimerSnapshot] {
-        liveTimersEndingOrphans().compactMap(\.liveSnapshot).sorted { $0.name < $1.name }
+        var snapshots: [TimerSnapshot] = []
+        forEachLiveTimerEndingOrphans { timer in timer.liveSnapshot.map { snapshots.append($0) } }
+        return snapshots.sorted { $0.name < $1.name }
     }
 
     /// A snapshot of the timer registered as `name`.
@@ -397,11 +417,12 @@ public final class TimerRegistry: @unchecked Sendable {
     /// it ended. (They also end by themselves when they next come due.)
     @discardableResult
     public func cancelTimersOfReleasedTargets() -> Int {
-        let candidates = withCurrent { liveTimers }
         var ended = 0
-        for timer in candidates where timer.hasReleasedTarget && timer.isActive {
-            timer.cancel(because: .targetReleased)
-            ended += 1
+        forEachSlice { slice in
+            for timer in slice where timer.hasReleasedTarget && timer.isActive {
+                timer.cancel(because: .targetReleased)
+                ended += 1
+            }
         }
         return ended
     }
@@ -422,17 +443,17 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Cancels every timer in this registry, on every backend.
     public func cancelAll() {
-        for timer in withCurrent({ liveTimers }) { timer.cancel(because: .cancelledByCancelAll) }
+        forEachSlice { slice in for timer in slice { timer.cancel(because: .cancelledByCancelAll) } }
     }
 
     /// Suspends every live timer. Timers that end meanwhile are skipped.
     public func suspendAll() {
-        for timer in liveTimersEndingOrphans() { try? timer.suspend() }
+        forEachLiveTimerEndingOrphans { try? $0.suspend() }
     }
 
     /// Resumes every suspended timer. Timers that end meanwhile are skipped.
     public func resumeAll() {
-        for timer in liveTimersEndingOrphans() { try? timer.resume() }
+        forEachLiveTimerEndingOrphans { try? $0.resume() }
     }
 
     /// Adds hooks that run around every handler call of every timer in this registry.

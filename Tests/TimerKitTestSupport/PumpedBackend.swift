@@ -23,8 +23,13 @@ public final class PumpedBackend: TimerBackend, @unchecked Sendable {
     /// Runs the handlers that are due. Call it from the loop's thread only: handlers of one
     /// backend run serially.
     public func runDueTimers() {
-        guard MonotonicInstant.now() >= nextDeadline else { return }
-        scheduler.fireDueTimers()
+        let due = lock.withLock {
+            guard MonotonicInstant.now() >= requested else { return false }
+            // Used up: the scheduler asks again for the next deadline, if there is one.
+            requested = .distantFuture
+            return true
+        }
+        if due { scheduler.fireDueTimers() }
     }
 
     public func shutdown() { scheduler.shutdown() }

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A backend as a Swift `Clock`: code that takes `some Clock<Duration>` sleeps on the
 /// backend's loop, with its latency and its tolerance, and visibly in its registry.
 ///
@@ -42,25 +44,16 @@ public struct TimerClock: Clock {
     ///   cancelled); `TimerError` for a bad name or tolerance, or a backend that has shut down.
     public func sleep(until deadline: MonotonicInstant, tolerance: Duration? = nil, name: String?) async throws {
         try Task.checkCancellation()
-        let sleeper = Sleeper()
-        try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                guard sleeper.wait(continuation) else { return }
-                do throws(TimerError) {
-                    let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance ?? .zero) { _ in
-                        sleeper.wake()
-                    }
-                    sleeper.sleeping(on: timer)
-                    // A timer that ends without firing (cancelled by name, its backend shut
-                    // down) must not leave the sleeper waiting forever.
-                    timer.scheduler.whenEnded(timer) { [weak sleeper] in sleeper?.timerEnded(timer.scheduler) }
-                } catch {
-                    sleeper.fail(error)
-                }
-            }
-        } onCancel: {
-            sleeper.cancel()
+        let fired = Fired()
+        let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance ?? .zero) { _ in fired.set() }
+        let wake = OnceContinuation<Void>()
+        // The sleep ends when its timer does, once the timer has left the registry: fired, or
+        // ended without firing (cancelled by name, its backend shut down), which says why.
+        let scheduler = timer.scheduler
+        scheduler.whenEnded(timer) {
+            wake.resolve(fired.isSet ? .success(()) : .failure(scheduler.shutDownError ?? CancellationError()))
         }
+        try await wake.wait { timer.cancel() }
     }
 
     /// Sleeps for `duration`, registered as `name` while it waits.
@@ -74,59 +67,9 @@ extension TimerBackend {
     public var clock: TimerClock { TimerClock(self) }
 }
 
-/// One sleep: its continuation, resumed exactly once — by the timer, by cancellation or by
-/// a failure to schedule — and its timer, cancelled if the task is cancelled first.
-private final class Sleeper: @unchecked Sendable {
-    // @unchecked: every field is touched only while holding `mutex`.
-    private let mutex = PThreadMutex()
-    private var continuation: UnsafeContinuation<Void, any Error>?
-    private var timer: TimerHandle?
-    private var isCancelled = false
-
-    /// Stores the continuation; false (and resumed) if the task was cancelled already.
-    func wait(_ continuation: UnsafeContinuation<Void, any Error>) -> Bool {
-        mutex.lock()
-        guard !isCancelled else {
-            mutex.unlock()
-            continuation.resume(throwing: CancellationError())
-            return false
-        }
-        self.continuation = continuation
-        mutex.unlock()
-        return true
-    }
-
-    func sleeping(on timer: TimerHandle) {
-        mutex.lock()
-        let cancelled = isCancelled
-        if !cancelled { self.timer = timer }
-        mutex.unlock()
-        if cancelled { timer.cancel() }
-    }
-
-    /// The timer fired.
-    func wake() { finish().continuation?.resume() }
-
-    func fail(_ error: TimerError) { finish().continuation?.resume(throwing: error) }
-
-    /// The timer ended; if it did not fire, the sleep ends with why.
-    func timerEnded(_ scheduler: TimerScheduler) {
-        guard let continuation = finish().continuation else { return }
-        continuation.resume(throwing: scheduler.shutDownError ?? CancellationError())
-    }
-
-    func cancel() {
-        let (continuation, timer) = finish(cancelling: true)
-        timer?.cancel()
-        continuation?.resume(throwing: CancellationError())
-    }
-
-    /// Takes what is pending out, under the lock; the caller resumes and releases it after.
-    private func finish(cancelling: Bool = false) -> (continuation: UnsafeContinuation<Void, any Error>?, timer: TimerHandle?) {
-        mutex.lock()
-        defer { mutex.unlock() }
-        if cancelling { isCancelled = true }
-        defer { (continuation, timer) = (nil, nil) }
-        return (continuation, timer)
-    }
+/// Whether a sleep's timer fired: set by its handler, read when the timer has ended.
+private final class Fired: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
 }

@@ -46,69 +46,16 @@ extension TimerHandle {
     ///   left as it is), so a timeout around it, or a task group that cancels it, never hangs.
     public var ended: TimerEndReason {
         get async throws(CancellationError) {
-            let wait = EndWait()
+            let end = OnceContinuation<Void>()
+            let token = scheduler.whenEnded(self) { end.resolve() }
             do {
-                try await withTaskCancellationHandler {
-                    try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-                        guard wait.begin(continuation) else { return }
-                        let token = scheduler.whenEnded(self) { wait.finish(cancelled: false) }
-                        if let token, wait.waiting(token: token) { scheduler.removeEndWaiter(token, of: self) }
-                    }
-                } onCancel: {
-                    if let token = wait.finish(cancelled: true) { scheduler.removeEndWaiter(token, of: self) }
-                }
+                try await end.wait()
             } catch {
+                if let token { scheduler.removeEndWaiter(token, of: self) }
                 throw CancellationError()
             }
             // Set when it ended, before the wait could finish.
             return endReason ?? .completed
         }
-    }
-}
-
-/// One `await ended`: its continuation, resumed exactly once — when the timer ends or when the
-/// task is cancelled — and the token of its end waiter, taken back if the task gave up first.
-private final class EndWait: @unchecked Sendable {
-    // @unchecked: every field is touched only while holding `mutex`.
-    private let mutex = PThreadMutex()
-    private var continuation: UnsafeContinuation<Void, any Error>?
-    private var token: UInt64?
-    private var isCancelled = false
-
-    /// Stores the continuation; false (and resumed) if the task was cancelled already.
-    func begin(_ continuation: UnsafeContinuation<Void, any Error>) -> Bool {
-        mutex.lock()
-        guard !isCancelled else {
-            mutex.unlock()
-            continuation.resume(throwing: CancellationError())
-            return false
-        }
-        self.continuation = continuation
-        mutex.unlock()
-        return true
-    }
-
-    /// Records the end waiter's token. True when the task was cancelled meanwhile: then the
-    /// caller takes the waiter back at once.
-    func waiting(token: UInt64) -> Bool {
-        mutex.withLock {
-            if !isCancelled { self.token = token }
-            return isCancelled
-        }
-    }
-
-    /// Resumes the wait, normally or with `CancellationError`, if it has not been resumed yet.
-    /// Returns the end waiter's token when a cancelled wait leaves one to take back.
-    @discardableResult
-    func finish(cancelled: Bool) -> UInt64? {
-        mutex.lock()
-        if cancelled { isCancelled = true }
-        let continuation = self.continuation
-        let token = cancelled ? self.token : nil
-        self.continuation = nil
-        self.token = nil
-        mutex.unlock()
-        if cancelled { continuation?.resume(throwing: CancellationError()) } else { continuation?.resume() }
-        return token
     }
 }

@@ -95,14 +95,14 @@ private final class TickStream: @unchecked Sendable {
     // set once in `start` before the stream is shared.
     private let mutex = PThreadMutex()
     private(set) var timer: TimerHandle!
-    private var waiting: UnsafeContinuation<Tick?, Never>?
+    private var waiting: OnceContinuation<Tick?>?
     private var kept: Tick?
     private var hasEnded = false
     private var isClaimed = false
 
     func start(_ timer: TimerHandle) {
         self.timer = timer
-        timer.scheduler.whenEnded(timer) { [weak self] in self?.timerEnded() }
+        timer.scheduler.whenEnded(timer) { [weak self] in self?.finish() }
     }
 
     /// The first iterator gets the stream; later ones end at once.
@@ -115,42 +115,41 @@ private final class TickStream: @unchecked Sendable {
 
     /// The consumer's next tick, or nil once the timer has ended or the task is cancelled.
     func next() async -> Tick? {
-        await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Tick?, Never>) in
-                mutex.lock()
-                if let tick = kept, !Task.isCancelled {
-                    kept = nil
-                    mutex.unlock()
-                    continuation.resume(returning: tick)
-                    return
-                }
-                guard !hasEnded, !Task.isCancelled else {
-                    mutex.unlock()
-                    continuation.resume(returning: nil)
-                    return
-                }
-                if waiting != nil {
-                    mutex.unlock()
-                    preconditionFailure(
-                        "TimerTicks: next() was called while another call of it was waiting; an iterator belongs to one task")
-                }
-                waiting = continuation
-                mutex.unlock()
-                // Resume after the continuation is in place: the tick may come at once.
-                do throws(TimerError) { try timer.resume() } catch { finish() }
-            }
-        } onCancel: {
+        if Task.isCancelled {
             timer.cancel()
+            return nil
         }
+        mutex.lock()
+        if let tick = kept {
+            kept = nil
+            mutex.unlock()
+            return tick
+        }
+        guard !hasEnded else {
+            mutex.unlock()
+            return nil
+        }
+        if waiting != nil {
+            mutex.unlock()
+            preconditionFailure("TimerTicks: next() was called while another call of it was waiting; an iterator belongs to one task")
+        }
+        let tick = OnceContinuation<Tick?>()
+        waiting = tick
+        mutex.unlock()
+        // Resumed once the wait is in place: the tick may come at once.
+        do throws(TimerError) { try timer.resume() } catch { finish() }
+        let next = (try? await tick.wait(cancelled: .success(nil)) { [timer] in timer?.cancel() }) ?? nil
+        mutex.withLock { if waiting === tick { waiting = nil } }
+        return next
     }
 
     /// The timer's handler, on the backend's loop: hands the tick to the waiting consumer.
     func deliver(_ tick: Tick) {
         try? tick.timer.suspend()  // no further tick until the consumer asks
         mutex.lock()
-        let continuation = waiting
+        let waiter = waiting
         waiting = nil
-        if continuation == nil {
+        if waiter == nil {
             // Resumed from outside while the consumer was busy: keep the tick for it.
             let passedOver = kept.map { $0.missed + 1 } ?? 0
             kept = Tick(
@@ -159,19 +158,17 @@ private final class TickStream: @unchecked Sendable {
                 timer: tick.timer)
         }
         mutex.unlock()
-        continuation?.resume(returning: tick)
+        waiter?.resolve(.success(tick))
     }
 
     /// The timer ended (counted out, cancelled, backend shut down): the consumer gets nil.
-    private func timerEnded() { finish() }
-
     private func finish() {
         mutex.lock()
         hasEnded = true
-        let continuation = waiting
+        let waiter = waiting
         waiting = nil
         mutex.unlock()
-        continuation?.resume(returning: nil)
+        waiter?.resolve(.success(nil))
     }
 
     deinit { timer?.cancel() }

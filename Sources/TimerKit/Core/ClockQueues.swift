@@ -85,12 +85,12 @@ struct ClockQueue: ~Copyable {
     func checkInvariants() {
         precondition(dead >= 0 && dead <= heap.count, "ClockQueue: \(dead) dead entries in \(heap.count)")
         precondition(dead <= live + 1, "ClockQueue: \(dead) dead entries for \(live) live ones")
-        if heap.count <= 64 {
+        if heap.count <= 16 {
             heap.checkInvariants()
             let counted = heap.count(where: Self.isDead)
             precondition(counted == dead, "ClockQueue: \(counted) dead entries, \(dead) counted")
         } else {
-            heap.checkInvariants(upTo: 21)
+            heap.checkInvariants(upTo: 5)
         }
     }
 }

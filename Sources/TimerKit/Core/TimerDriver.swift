@@ -14,6 +14,10 @@
 /// - never calls back into the scheduler, the registry or user code;
 /// - only records or arms the request, and returns.
 ///
+/// A wake-up is used up once it has made the loop call `fireDueTimers()`: the scheduler asks
+/// for the next one when something is left to wait for. A driver that records requests forgets
+/// the one it acts on, or its loop would call `fireDueTimers()` again and again.
+///
 /// Deadlines it is given are below `MonotonicInstant.horizon` (2^62 ns, about 146 years of
 /// uptime), which every native timer represents; later deadlines never come and arrive as
 /// `.distantFuture`, which means "disarm".

@@ -70,25 +70,24 @@ extension TimerScheduler {
     }
 
     /// Reads the clocks' offsets and keeps them. If either moved beyond the reads' spread since
-    /// the last step reported (a step of the wall clock, a suspend) while timers wait on those
-    /// clocks, counts the change and queues a `clockChanged` event: one for a suspend (the
-    /// continuous clock's step, which the wall clock takes too) and one for what the wall clock
-    /// stepped beyond it. Returns whether it reported a step.
+    /// the last step (a step of the wall clock, a suspend), that is a step: ticks convert with
+    /// the new offsets from now on, and if timers wait on those clocks, the change is counted and
+    /// a `clockChanged` event queued: one for a suspend (the continuous clock's step, which the
+    /// wall clock takes too) and one for what the wall clock stepped beyond it. Returns whether
+    /// it reported a step.
     @discardableResult
     func refreshOffsetsLocked() -> Bool {
         // A reading too loose to tell a step from the reads' own time changes nothing.
         guard let fresh = clock.preciseOffsets(fixed: clocks.fixed, within: clocks.threshold / 2) else { return false }
         clocks.offsets = fresh
-        guard queues.continuous.live + queues.wall.live > 0 else {
-            clocks.reported = fresh
-            return false
-        }
         let continuousStep = fresh.continuous &- clocks.reported.continuous
         let wallStep = fresh.wall &- clocks.reported.wall
         let continuousMoved = continuousStep.magnitude > clocks.threshold
         let wallMoved = wallStep.magnitude > clocks.threshold
         guard continuousMoved || wallMoved else { return false }
         clocks.reported = fresh
+        // A step while no timer waits on those clocks changes no timer: no event.
+        guard queues.continuous.live + queues.wall.live > 0 else { return false }
         if continuousMoved {
             clocks.continuousSteps &+= 1
             stats.clockChanges += 1

@@ -40,9 +40,8 @@ extension TimerScheduler: TaskExecutor {
         return batch
     }
 
-    /// Runs `batch` on this thread (the loop's), outside the lock; records the time they took
-    /// (each job's own when slow ones are reported), and asks for a wake-up for the jobs they
-    /// queued meanwhile.
+    /// Runs `batch` on this thread (the loop's), outside the lock, and records the time they
+    /// took (each job's own when slow ones are reported).
     func runJobs(_ taken: consuming [UnownedJob]) {
         var batch = taken
         guard !batch.isEmpty else { return }
@@ -61,7 +60,7 @@ extension TimerScheduler: TaskExecutor {
         }
         if !timesEachJob { finished = clock.now().nanoseconds }
         batch.removeAll(keepingCapacity: true)
-        locked { after in
+        locked { _ in
             if timesEachJob {
                 for timing in timings { recordJobLocked(began: timing.began, finished: timing.finished) }
                 reportSlowCallsLocked()
@@ -69,8 +68,6 @@ extension TimerScheduler: TaskExecutor {
                 stats.busyNanoseconds &+= finished &- began
             }
             if spareJobs.capacity < batch.capacity { swap(&batch, &spareJobs) }
-            // Jobs queued while the batch ran (a task's next step) need a wake-up of their own.
-            wakeForJobsLocked(&after)
         }
     }
 }

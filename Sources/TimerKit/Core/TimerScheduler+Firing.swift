@@ -72,7 +72,12 @@ extension TimerScheduler {
         guard owesMore else { return }
         if let failure { shutDown(failure: failure) }
         runJobs(jobs)
-        mutex.withLock { endFiringLocked() }
+        locked { after in
+            // Jobs queued since the batch was taken (a task that an end waiter above or a job
+            // resumed) were queued on the loop's own thread, which asked for no wake-up then.
+            wakeForJobsLocked(&after)
+            endFiringLocked()
+        }
     }
 
     func endFiringLocked() {

@@ -75,21 +75,22 @@ private func race<Value: Sendable>(
 ) async throws -> Value {
     if tolerance < .zero { throw TimerError.negativeDuration(parameter: "tolerance", value: tolerance) }
     if let name { try TimerRegistry.validate(name: name) }
-    let limitSignal = LimitSignal()
+    let limitSignal = OnceContinuation<LimitOutcome>()
     // Scheduled before the operation starts: a backend that has shut down, or a name another
     // timer holds, is what this call throws, whether or not the operation would ever suspend.
-    let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance) { _ in limitSignal.settle(.reached) }
+    let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance) { _ in limitSignal.resolve(.success(.reached)) }
     let scheduler = timer.scheduler
     scheduler.whenEnded(timer) {
         // Ended without firing (after a fire this changes nothing): cancelled by name lifts
         // the limit; a backend that shut down is the error its timers end with.
-        limitSignal.settle(scheduler.shutDownError.map { .failed($0) } ?? .lifted)
+        limitSignal.resolve(.success(scheduler.shutDownError.map { .failed($0) } ?? .lifted))
     }
     do {
         let value = try await withThrowingTaskGroup(of: Outcome<Value>.self) { group in
             group.addTask { .finished(try await operation()) }
             group.addTask {
-                switch await limitSignal.wait() {
+                // A cancelled wait: the race is over, so the limit no longer counts.
+                switch (try? await limitSignal.wait(cancelled: .success(.lifted))) ?? .lifted {
                 case .reached: return .timedOut
                 case .lifted: return .limitLifted
                 case let .failed(error): throw error
@@ -128,49 +129,10 @@ private func endAndLeaveTheRegistry(_ timer: TimerHandle) async {
     }
 }
 
-/// The timeout's end, settled once: by its timer's fire, by its timer ending without one, or
-/// by the waiting task's cancellation (the race is over then).
-private final class LimitSignal: @unchecked Sendable {
-    // @unchecked: `result` and `waiting` are touched only while holding `mutex`.
-    enum Result: Sendable {
-        case reached
-        case lifted
-        case failed(TimerError)
-    }
-
-    private let mutex = PThreadMutex()
-    private var result: Result?
-    private var waiting: UnsafeContinuation<Result, Never>?
-
-    /// Settles the signal, unless it is settled already; a waiting task resumes, outside the lock.
-    func settle(_ outcome: Result) {
-        mutex.lock()
-        guard result == nil else {
-            mutex.unlock()
-            return
-        }
-        result = outcome
-        let continuation = waiting
-        waiting = nil
-        mutex.unlock()
-        continuation?.resume(returning: outcome)
-    }
-
-    /// How the limit ended; `.lifted` if the waiting task is cancelled first.
-    func wait() async -> Result {
-        await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Result, Never>) in
-                mutex.lock()
-                if let result {
-                    mutex.unlock()
-                    continuation.resume(returning: result)
-                    return
-                }
-                waiting = continuation
-                mutex.unlock()
-            }
-        } onCancel: {
-            settle(.lifted)
-        }
-    }
+/// How a timeout's limit ended: its timer fired, ended without firing (cancelled by name), or
+/// its backend shut down.
+private enum LimitOutcome: Sendable {
+    case reached
+    case lifted
+    case failed(TimerError)
 }

@@ -28,6 +28,24 @@ struct EpollTests {
         expectOutcome(result)
     }
 
+    /// Promise: a busy backend its owner drops without `shutdown()` shuts down cleanly, even
+    /// when the last reference goes on its own loop, inside a fire (the scheduler loads its
+    /// driver strongly only into what it lets go of after unlocking). Before, the backend's
+    /// `deinit` could run under the scheduler's lock: the first drop crashed a debug build.
+    @Test func droppingABusyBackendWithoutShutdownNeitherCrashesNorHangs() throws {
+        try withWatchdog {
+            let registry = TimerRegistry()
+            for _ in 0..<50 {
+                var backend: EpollBackend? = try EpollBackend(registry: registry)
+                let fired = Locked(0)
+                try backend?.schedule(.every(.microseconds(5))) { _ in fired.withLock { $0 += 1 } }
+                #expect(waitFor { fired.current >= 20 })
+                backend = nil
+                #expect(waitFor { registry.count == 0 }, "its timer ends with it")
+            }
+        }
+    }
+
     @Test func theLoopSleepsWhileNothingIsDue() throws {
         let backend = try EpollBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
@@ -136,6 +154,29 @@ struct ClockStepTests {
             try backend.schedule(.after(.milliseconds(50))) { tick in fired.withLock { $0.append(tick.clock) } }
             guard waitFor(.seconds(10), { fired.current.count == 2 }) else { exit(2) }
             guard Set(fired.current) == [.wall, .monotonic], ClockWatcher.shared.changes == 0 else { exit(3) }
+            backend.shutdown()
+            exit(0)
+        }
+    }
+
+    /// Promise: with the wall clock reading less than the time since boot (here it reads 20 s
+    /// after 1970, as a board without a real-time clock does before NTP), a wall timer fires
+    /// at its date and the loop does not spin meanwhile. Before, an unsigned offset made the
+    /// deadline "due at once" and re-filed it 1 ns later, for ever.
+    @Test func aWallClockBehindTheMonotonicOneNeitherSpinsNorMissesADate() async {
+        await #expect(processExitsWith: .success) {
+            let skew = -Int64(DeadlineClock.read(.wall)) + 20_000_000_000
+            DeadlineClock.wallSkewForTests.store(skew, ordering: .relaxed)
+            guard DeadlineClock.read(.wall) < DeadlineClock.read(.monotonic) else { exit(2) }
+            let backend = try EpollBackend(registry: TimerRegistry())
+            let fired = Locked<[DeadlineClock]>([])
+            try backend.schedule(.after(.milliseconds(300), on: .wall)) { tick in fired.withLock { $0.append(tick.clock) } }
+            let cpuBefore = processCPUSeconds()
+            blockRealTime(.milliseconds(200))
+            guard fired.current.isEmpty else { exit(3) }
+            // A spinning loop burns a core while it waits: 0.2 s in 0.2 s, not a few ms.
+            guard processCPUSeconds() - cpuBefore < 0.1 else { exit(4) }
+            guard waitFor(.seconds(10), { fired.current == [.wall] }) else { exit(5) }
             backend.shutdown()
             exit(0)
         }

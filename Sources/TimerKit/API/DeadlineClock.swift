@@ -19,7 +19,7 @@ public enum DeadlineClock: String, Sendable, CaseIterable, Hashable, CustomStrin
     public var description: String { rawValue }
 
     /// The kernel's reading of this clock, in nanoseconds since its origin.
-    static func read(_ clock: DeadlineClock) -> UInt64 {
+    package static func read(_ clock: DeadlineClock) -> UInt64 {
         var ts = timespec()
         switch clock {
         case .monotonic: clock_gettime(CLOCK_MONOTONIC, &ts)

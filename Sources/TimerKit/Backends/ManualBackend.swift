@@ -172,7 +172,10 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// steps a real one; the monotonic and continuous clocks do not move. Timers on the wall
     /// clock are re-evaluated at once: those the step jumped past fire now, once (their ticks
     /// say `clockChanged`), and none fires before its date. Observers hear a `clockChanged`
-    /// event. Call it from the test, not from a handler.
+    /// event while a timer waits on the wall or continuous clock: for any step, however small
+    /// (virtual clocks read exactly; on the kernel's clocks a step below 0.2 ms cannot be told
+    /// from the spread of two readings and is no event). Call it from the test, not from a
+    /// handler.
     public func stepWallClock(by step: Duration) {
         clock.stepWall(by: step.saturatingNanoseconds)
         scheduler.clockMayHaveChanged()

@@ -36,10 +36,9 @@ struct ClockQueue: ~Copyable {
         dead += 1
         if heap.top?.sequence == sequence {
             dropDeadTops()
-            return
+        } else if dead * 4 > live * 3 {
+            dead -= heap.sweep(budget: 16, limit: 2, isDead: Self.isDead)
         }
-        guard dead * 4 > live * 3 else { return }
-        dead -= heap.sweep(budget: 16, limit: 2, isDead: Self.isDead)
         keepDeadWithinBound()
     }
 

@@ -74,8 +74,10 @@ package final class ClockWatcher: @unchecked Sendable {
         _ = mutex.withLock { schedulers.removeValue(forKey: ObjectIdentifier(scheduler)) }
     }
 
-    /// How many schedulers it watches for, for tests.
-    package var watchedCount: Int { mutex.withLock { schedulers.count } }
+    /// Whether it watches for `scheduler`, for tests.
+    package func isWatching(_ scheduler: TimerScheduler) -> Bool {
+        mutex.withLock { schedulers[ObjectIdentifier(scheduler)]?.scheduler === scheduler }
+    }
 
     /// What the watcher is doing.
     package var currentState: State { mutex.withLock { state } }

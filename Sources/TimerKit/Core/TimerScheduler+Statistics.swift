@@ -139,6 +139,7 @@ extension TimerScheduler {
     func reportSlowCallsLocked() {
         defer { slowCalls.reset() }
         guard !slowCalls.notes.isEmpty else { return }
+        slowReportWalks += 1
         var waiting: [(key: UInt64, sequence: UInt64)] = []
         let latest = slowCalls.notes.map(\.finished).max() ?? 0
         for clock in DeadlineClock.allCases {
@@ -156,7 +157,8 @@ extension TimerScheduler {
         // Entries queued after the first report (a repeat's next tick, say): few, checked one by one.
         let firstSequence = slowCalls.notes.map(\.sequence).min() ?? 0
         let queuedLater = waiting.filter { $0.sequence > firstSequence }
-        for note in slowCalls.notes {
+        let calledAfter = slowCalls.callsOfOtherTimersAfterEachNote()
+        for (note, calledAfter) in zip(slowCalls.notes, calledAfter) {
             // Entries keyed at or before `finished`: a binary search of the sorted keys.
             var (low, high) = (0, waiting.count)
             while low < high {
@@ -165,7 +167,6 @@ extension TimerScheduler {
             }
             var due = low
             due -= queuedLater.reduce(0) { $0 + ($1.key <= note.finished && $1.sequence > note.sequence ? 1 : 0) }
-            let calledAfter = slowCalls.calledAfter(note)
             pendingEvents.append(
                 .slowHandler(
                     SlowHandlerReport(
@@ -198,10 +199,22 @@ extension TimerScheduler {
             notes.append(Note(source: source, timer: timer, callsBefore: called.count, ran: ran, finished: finished, sequence: sequence))
         }
 
-        /// Calls of other timers made after `note`'s call returned, in the same wake-up: every
-        /// one was due by then (a wake-up calls only what was due when it began).
-        func calledAfter(_ note: Note) -> Int {
-            called[note.callsBefore...].reduce(0) { $0 + ($1 != note.timer ? 1 : 0) }
+        /// For each note, the calls of other timers made after its call returned, in the same
+        /// wake-up: every one was due by then (a wake-up calls only what was due when it began).
+        /// One pass from the end, counting each timer's later calls.
+        func callsOfOtherTimersAfterEachNote() -> [Int] {
+            var laterCalls: [UInt64: Int] = [:]
+            var result = [Int](repeating: 0, count: notes.count)
+            var position = called.count
+            for index in notes.indices.reversed() {
+                let note = notes[index]
+                while position > note.callsBefore {
+                    position -= 1
+                    laterCalls[called[position], default: 0] += 1
+                }
+                result[index] = called.count - note.callsBefore - laterCalls[note.timer, default: 0]
+            }
+            return result
         }
 
         mutating func reset() {

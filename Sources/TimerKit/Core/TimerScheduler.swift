@@ -92,8 +92,10 @@ import Synchronization
     @exclusivity(unchecked) var recordsStatistics = true
     /// Handlers and jobs that run at least this long (ns) are reported; 0: none is.
     @exclusivity(unchecked) var slowHandlerNanoseconds: UInt64 = 0
-    /// Slow calls of the current wake-up, reported when it ends (`SlowCalls`).
+    /// Slow calls of the current wake-up, reported when it ends (`SlowCalls`), and the walks
+    /// over the due entries those reports have made.
     @exclusivity(unchecked) var slowCalls = SlowCalls()
+    @exclusivity(unchecked) var slowReportWalks = 0
     /// Observers of whole-backend events, and the events waiting to be told to them after
     /// the lock is released.
     @exclusivity(unchecked) var eventObservers: [@Sendable (TimerBackendEvent) -> Void] = []
@@ -140,6 +142,23 @@ import Synchronization
 
     /// Dead entries still in the queues, for tests of the bound on them.
     package var deadEntryCount: Int { mutex.withLock { queues.dead } }
+
+    /// Every queue entry's clock, key and sequence, for tests that check a step rewrites none.
+    package var queueEntries: [(clock: DeadlineClock, key: UInt64, sequence: UInt64)] {
+        mutex.withLock {
+            var entries: [(clock: DeadlineClock, key: UInt64, sequence: UInt64)] = []
+            for clock in DeadlineClock.allCases {
+                queues.read(clock) { queue in
+                    queue.heap.forEachEntry(keyedAtOrBefore: .max) { entries.append((clock, $0.key, $0.sequence)) }
+                }
+            }
+            return entries
+        }
+    }
+
+    /// How many walks over the due entries slow-handler reports have made, for tests that check
+    /// one wake-up walks once however many it reports.
+    package var slowReportWalkCount: Int { mutex.withLock { slowReportWalks } }
 
     /// Traps if a queue's order or its counts are wrong. Tests; debug builds check after
     /// every operation too (`checkInvariantsLocked`).

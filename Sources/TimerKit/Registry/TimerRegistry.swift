@@ -55,6 +55,8 @@ public final class TimerRegistry: @unchecked Sendable {
     /// An empty buffer with room for a batch, kept for the next one (`releaseFlushed`).
     @exclusivity(unchecked) private var spareRemovals: [TimerHandle] = []
     @exclusivity(unchecked) private var idByName: [String: UInt64] = [:]
+    /// The most slots one turn of the lock has listed or cleared, for tests of the bound on it.
+    @exclusivity(unchecked) private var mostSlotsInOneTurn = 0
     @exclusivity(unchecked) private var observers: [(token: UInt64, observer: TimerObserver)] = []
     @exclusivity(unchecked) private var nextObserverToken: UInt64 = 1
     private let observerCount = Atomic<Int>(0)
@@ -244,6 +246,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// releases after unlocking (a timer's deinit may run user code).
     private func flushLocked() -> [TimerHandle] {
         guard !pendingRemovals.isEmpty else { return [] }
+        mostSlotsInOneTurn = max(mostSlotsInOneTurn, pendingRemovals.count)
         // A read-only pass first: its loads are independent, so the CPU overlaps their cache
         // misses. The clearing pass below releases references (atomic, serialising), and
         // would otherwise wait out one full miss per slot.
@@ -291,6 +294,10 @@ public final class TimerRegistry: @unchecked Sendable {
         mutex.unlock()
     }
 
+    /// The most slots one turn of the lock has listed or cleared so far (for tests: a backend's
+    /// shutdown or a listing never holds the lock for all of a big table).
+    package var slotsHandledInOneTurnAtMost: Int { mutex.withLock { mostSlotsInOneTurn } }
+
     /// Slots in the table, free ones included (for tests).
     package var slotTableCount: Int { mutex.withLock { slotCount } }
 
@@ -331,6 +338,7 @@ public final class TimerRegistry: @unchecked Sendable {
     {
         var timers: [TimerHandle] = []
         let end = cursor + count
+        mostSlotsInOneTurn = max(mostSlotsInOneTurn, count * Self.chunkSize)
         while cursor < end, let chunk = chunks(cursor) {
             let first = chunk * Self.chunkSize
             for index in first..<first + Self.chunkSize {

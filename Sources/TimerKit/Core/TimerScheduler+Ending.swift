@@ -13,7 +13,25 @@ extension TimerScheduler {
     /// waiters are taken too if nothing of it runs any more; otherwise the call or task still
     /// running takes them when it returns.
     func endLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
-        guard !timer.state.hasEnded else { return }
+        guard markEndedLocked(timer, state, because: cause, into: &after) else { return }
+        after.keep(flushed: registry.remove(timer), from: registry)
+        takeEndWaitersLocked(timer, into: &after)
+    }
+
+    /// `endLocked` for many timers at once (a shutdown's slice): they leave the registry in one
+    /// turn of its lock. Returns how many it ended.
+    func endLocked(_ timers: [TimerHandle], because cause: EndCause, into after: inout AfterUnlock) -> Int {
+        var ended: [TimerHandle] = []
+        ended.reserveCapacity(timers.count)
+        for timer in timers where markEndedLocked(timer, .cancelled, because: cause, into: &after) { ended.append(timer) }
+        after.keep(flushed: registry.remove(ended), from: registry)
+        for timer in ended { takeEndWaitersLocked(timer, into: &after) }
+        return ended.count
+    }
+
+    /// The part of ending that is the scheduler's own: false if `timer` had ended already.
+    private func markEndedLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) -> Bool {
+        guard !timer.state.hasEnded else { return false }
         timer.state = state
         timer.endCause = cause
         if cause != .completed && cause != .shutDown { stats.cancels += 1 }
@@ -30,8 +48,7 @@ extension TimerScheduler {
                 extras.runningTask = nil
             }
         }
-        after.keep(flushed: registry.remove(timer), from: registry)
-        takeEndWaitersLocked(timer, into: &after)
+        return true
     }
 
     /// Closes a critical section: the events it queued go to `after` with the observers to

@@ -23,7 +23,7 @@ extension TimerScheduler {
     }
 
     /// Timers a shutdown ends, or queue entries it drops, per turn of the locks.
-    static let shutdownSlice = 4096
+    static let shutdownSlice = 1024
 
     func shutDown(failure: TimerError?) {
         var unwatch = false
@@ -56,12 +56,7 @@ extension TimerScheduler {
         while more {
             let slice = registry.timers(in: registryShard, from: &cursor, chunks: Self.shutdownSlice / TimerRegistry.chunkSize)
             more = slice.hasMore
-            locked { after in
-                for timer in slice.timers where !timer.state.hasEnded {
-                    endLocked(timer, .cancelled, because: .shutDown, into: &after)
-                    ended += 1
-                }
-            }
+            locked { after in ended += endLocked(slice.timers, because: .shutDown, into: &after) }
         }
         locked { after in
             hasEndedAllTimers = true

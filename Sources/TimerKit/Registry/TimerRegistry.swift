@@ -235,6 +235,18 @@ public final class TimerRegistry: @unchecked Sendable {
         }
     }
 
+    /// Takes ended timers out in one turn of the lock (a slice of a scheduler's shutdown), as
+    /// `remove(_:)` does one.
+    func remove(_ timers: [TimerHandle]) -> [TimerHandle] {
+        guard let first = timers.first else { return [] }
+        return mutex.withLock {
+            pendingRemovals.append(contentsOf: timers)
+            liveCount -= timers.count
+            first.scheduler.registryShard.live -= timers.count
+            return flushLocked()
+        }
+    }
+
     /// Takes back the storage of a batch `remove` returned, emptied, for a later batch.
     func recycle(_ batch: inout [TimerHandle]) {
         var emptied: [TimerHandle] = []

@@ -110,7 +110,14 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
         try await Self.$running.withValue("\(name) [\(backend.name)]") {
             switch body {
             case .blocking(let check): try check(backend)
-            case .async(let check): try await check(backend)
+            case .async(let check):
+                // Its steps run on a thread of its own. The blocking checks beside it hold the
+                // cooperative pool's threads (one per core) for their whole run, and a step that
+                // waited its turn there came seconds late, long after its watchdog was armed:
+                // under load, checks timed out and sleeps that ended on time seemed late.
+                let executor = ThreadTaskExecutor()
+                defer { executor.stop() }
+                try await withTaskExecutorPreference(executor) { try await check(backend) }
             }
         }
     }

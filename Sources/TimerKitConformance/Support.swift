@@ -10,10 +10,15 @@ package func ms(_ value: Int) -> Duration { .milliseconds(value) }
 /// Records ticks from handlers that run on other threads.
 package final class TickLog: Sendable {
     private let ticks = Locked<[Tick]>([])
+    private let returns = Locked<[Int: MonotonicInstant]>([:])
     package init() {}
     package func record(_ tick: Tick) { ticks.withLock { $0.append(tick) } }
     package var all: [Tick] { ticks.current }
     package var count: Int { ticks.current.count }
+    /// Records when the handler call of `tick` returned: its timer's next call cannot start before.
+    package func recordReturn(of tick: Tick, at instant: MonotonicInstant) { returns.withLock { $0[tick.index] = instant } }
+    /// When the call before `tick` returned, if it was recorded.
+    package func returnOfCall(before tick: Tick) -> MonotonicInstant? { returns.withLock { $0[tick.index - 1] } }
 }
 
 /// A counter shared with handlers.

@@ -38,6 +38,10 @@ public struct Estimate: Codable, Equatable, Sendable {
         confidence = n == 1 ? 0 : 1 - 2 * below
     }
 
+    /// Whether there is an interval: two slices or more. One slice is a point, whose noise is
+    /// unknown.
+    public var hasInterval: Bool { slices.count > 1 }
+
     /// Half the interval's width, for a table's "± x".
     public var halfWidth: Double { (ci95High - ci95Low) / 2 }
 
@@ -64,9 +68,14 @@ public enum Verdict: String, Codable, Sendable {
     case higher
     /// The intervals overlap: no measurable difference.
     case noDifference = "no measurable difference"
+    /// One of the two has no interval (a single slice): how far apart they are is shown, but
+    /// whether that is beyond the noise is not known.
+    case noInterval = "not judged: no interval"
 
     public init(from old: Estimate, to new: Estimate) {
-        if old.overlaps(new) {
+        if !old.hasInterval || !new.hasInterval {
+            self = .noInterval
+        } else if old.overlaps(new) {
             self = .noDifference
         } else {
             self = new.median < old.median ? .lower : .higher
@@ -89,6 +98,7 @@ public struct Change: Sendable {
         self.new = new
     }
 
-    /// Worse (higher: every compared figure is a cost) beyond the noise by more than `percent`.
+    /// Worse (higher: every compared figure is a cost) beyond the noise by more than `percent`;
+    /// never without an interval on both sides.
     public func isRegression(beyond percent: Double) -> Bool { verdict == .higher && self.percent > percent }
 }

@@ -2,8 +2,14 @@ import Foundation
 
 /// The figures with intervals, and the machine, of a run saved with `--json`.
 public struct SavedRun: Sendable {
-    /// Each figure with an interval, by a name such as "latency none epoll p50 µs".
+    /// Each figure, by a name such as "latency none epoll p50 µs". A figure measured once (a
+    /// throughput phase at 1,000 timers is a single batch) has no interval: it is shown and its
+    /// change given, but no verdict.
     public var figures: [String: Estimate] = [:]
+    /// The scenarios of the run's results, whether or not they give figures.
+    public var scenarios: [String] = []
+    /// The scenarios whose results give figures to compare.
+    public static let comparedScenarios = ["latency", "throughput", "first-fire", "fanout", "idle", "display", "async"]
     /// What the run's machine and build were (its date and load left out).
     public var machine: [String: String] = [:]
     /// The 1-minute load average at the run's start and end.
@@ -21,19 +27,23 @@ public struct SavedRun: Sendable {
             load = "\(machine["load_average_before"] ?? "?") → \(machine["load_average_after"] ?? "?")"
         }
         func estimate(_ object: Any?) -> Estimate? {
-            guard let object, let data = try? JSONSerialization.data(withJSONObject: object) else { return nil }
+            // Only an object: serializing anything else (a plain number where an estimate was
+            // expected) traps in Foundation.
+            guard let object = object as? [String: Any], let data = try? JSONSerialization.data(withJSONObject: object) else { return nil }
             let decoder = JSONDecoder()
             decoder.keyDecodingStrategy = .convertFromSnakeCase
             // Recomputed from the slices, so that every interval compared is made the same way.
             return (try? decoder.decode(Estimate.self, from: data)).map { Estimate(slices: $0.slices) }
         }
+        var scenarios: Set<String> = []
         for result in results {
             guard let scenario = result["scenario"] as? String, let backend = result["backend"] as? String else { continue }
+            scenarios.insert(scenario)
             for (name, key) in Self.figureKeys(scenario: scenario, result: result) {
-                // One slice gives no interval: such a figure is shown by the run, not compared.
-                if let value = estimate(result[key]), value.slices.count > 1 { figures["\(scenario) \(name(backend))"] = value }
+                if let value = estimate(result[key]), !value.slices.isEmpty { figures["\(scenario) \(name(backend))"] = value }
             }
         }
+        self.scenarios = scenarios.sorted()
     }
 
     /// The figures of one result: a name (given the backend) and the JSON key of its estimate.

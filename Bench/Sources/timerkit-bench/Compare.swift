@@ -2,17 +2,20 @@ import ArgumentParser
 import BenchStatistics
 import Foundation
 
-/// `compare OLD.json NEW.json`: each figure with an interval in both runs, old against new,
-/// the change of its median, and a verdict only where the intervals do not overlap.
+/// `compare OLD.json NEW.json`: each figure of both runs, old against new, the change of its
+/// median, and a verdict only where both have intervals and they do not overlap.
 struct CompareRuns: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "compare",
         abstract: "Compares two runs saved with --json: old against new, figure by figure, beyond the noise or not.",
         discussion: """
-            Figures compared: each backend's latency p50 (over its slices) and throughput schedule, \
-            reset and cancel ns (over their batches). Every one is a cost: lower is better. A change \
-            is reported only when the two 95 % intervals do not overlap; otherwise "no measurable \
-            difference". Warns when the two runs come from different machines or builds.
+            Figures compared: each backend's p50 in latency, first-fire, display and async (over its \
+            rounds), fan-out CPU ns per fire and idle wake-ups (over their rounds), and throughput \
+            schedule, reset and cancel ns (over their 1,000-operation batches). Every one is a cost: \
+            lower is better. A change is reported only when the two 95 % intervals do not overlap; \
+            otherwise "no measurable difference". A figure measured once (throughput at 1,000 timers \
+            is one batch) has no interval: its change is shown, "not judged". Warns when the two runs \
+            come from different machines or builds.
             """)
 
     @Argument(help: "The earlier run's JSON (timerkit-bench --json > old.json).")
@@ -33,16 +36,25 @@ struct CompareRuns: ParsableCommand {
     func run() throws {
         let before = try savedRun(old)
         let after = try savedRun(new)
+        let comparison: Comparison
+        do {
+            comparison = try Comparison(old: before, at: old, new: after, at: new)
+        } catch {
+            throw ValidationError(error.description)
+        }
         print("load average (1 min, start → end): old \(before.load), new \(after.load)")
         for warning in before.machineDifferences(from: after) { print("warning: \(warning)") }
-        let changes = before.figures.keys.sorted().compactMap { figure -> Change? in
-            guard let was = before.figures[figure], let now = after.figures[figure] else { return nil }
-            return Change(figure: figure, old: was, new: now)
-        }
-        guard !changes.isEmpty else {
-            throw ValidationError("the two runs have no figure in common (run the same scenarios with --json)")
-        }
+        let changes = comparison.changes
         print(aligned([["figure", "old [95 %]", "new [95 %]", "change", "verdict"]] + changes.map(\.row)))
+        let unjudged = comparison.unjudged.count
+        if unjudged > 0 {
+            print(
+                "\(unjudged) of \(changes.count) figure(s) have no interval in one run or both (measured once: throughput at "
+                    + "1,000 timers is a single batch of 1,000 operations): their change is shown, not judged")
+        }
+        for (path, figures) in [(old, comparison.onlyInOld), (new, comparison.onlyInNew)] where !figures.isEmpty {
+            print("only in '\(path)', not compared: \(figures.joined(separator: "; "))")
+        }
         let regressions = failOnRegression.map { limit in changes.filter { $0.isRegression(beyond: limit) } } ?? []
         if let limit = failOnRegression {
             guard regressions.isEmpty else {
@@ -51,7 +63,12 @@ struct CompareRuns: ParsableCommand {
                 )
                 throw ExitCode(1)
             }
-            print("no figure worse beyond the noise by more than \(format(limit)) %")
+            if unjudged == changes.count {
+                print("--fail-on-regression judged no figure: none has an interval in both runs")
+            } else {
+                let judged = unjudged > 0 ? " (of the \(changes.count - unjudged) with an interval in both runs)" : ""
+                print("no figure worse beyond the noise by more than \(format(limit)) %\(judged)")
+            }
         }
     }
 }
@@ -59,13 +76,15 @@ struct CompareRuns: ParsableCommand {
 extension Change {
     var row: [String] {
         func show(_ estimate: Estimate) -> String {
-            "\(format(estimate.median)) [\(format(estimate.ci95Low)), \(format(estimate.ci95High))]"
+            guard estimate.hasInterval else { return "\(format(estimate.median)) (no interval)" }
+            return "\(format(estimate.median)) [\(format(estimate.ci95Low)), \(format(estimate.ci95High))]"
         }
         let verdictText: String =
             switch verdict {
             case .noDifference: "no measurable difference"
             case .lower: "better (lower)"
             case .higher: "worse (higher)"
+            case .noInterval: "not judged: no interval"
             }
         return [figure, show(old), show(new), String(format: "%+.1f %%", percent), verdictText]
     }

@@ -369,6 +369,7 @@ extension BenchReport {
                     case .noDifference: "no measurable difference"
                     case .higher: "later beyond the noise"
                     case .lower: "earlier beyond the noise"
+                    case .noInterval: "not judged (no interval)"
                     }
                 text +=
                     "; lateness p50 \(interval(link.latenessP50Us)) µs against a bare timerfd's \(interval(floor.latenessP50Us)) µs: \(verdict)"

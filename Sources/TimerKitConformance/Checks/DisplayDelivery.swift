@@ -12,12 +12,14 @@ extension Checks {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let frames = Locked<[DisplayFrame]>([])
+            let returns = Locked<[MonotonicInstant]>([])
             let begun = Counter()
             // 25 ms of work per 10 ms frame: the loop is always behind.
-            let link = try source.addLink(deliverOn: h.backend) { frame in
+            let link = try source.addLink(deliverOn: h.backend) { [backend = h.backend] frame in
                 begun.increment()
                 frames.withLock { $0.append(frame) }
                 h.work(ms(25))
+                returns.withLock { $0.append(backend.now()) }
             }
             #expect(link.handle.backendName == h.backend.name, "the link is a timer of the delivering backend")
             let first = try #require(link.handle.snapshot.nextDeadline)
@@ -37,6 +39,15 @@ extension Checks {
                 #expect(
                     frame.timestamp - previous.timestamp == frame.duration * (frame.dropped + 1),
                     "every gap is whole frames, all of them counted as dropped")
+            }
+            // Each frame starts once it is due (its vsync before the ones it dropped) and the
+            // callback before it has returned, and not long after.
+            let returned = returns.current
+            for (index, frame) in delivered.enumerated() {
+                let firstDue = frame.timestamp + (.zero - frame.duration * frame.dropped)
+                let due = returned.indices.contains(index - 1) ? max(firstDue, returned[index - 1]) : firstDue
+                expectOnTime("frame \(index)", due: due, happened: max(frame.actual, due), on: kind)
+                #expect(frame.actual >= frame.timestamp, "frame \(index) began before its vsync")
             }
             #expect(h.waitUntil { h.registry.count == 0 })
         }

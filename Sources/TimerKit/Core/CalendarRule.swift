@@ -1,10 +1,17 @@
 import Foundation
 
 /// The dates of a calendar schedule (`TimerSchedule.calendar(matching:in:count:)`): the next
-/// date after an instant that a calendar finds matching some components.
-struct CalendarRule: Sendable {
+/// date after an instant that a calendar finds matching some components. A class, so that a
+/// schedule holds one reference to it: its components and calendar are hundreds of bytes,
+/// which every copy of every schedule would otherwise copy.
+final class CalendarRule: Sendable {
     let components: DateComponents
     let calendar: Calendar
+
+    init(components: DateComponents, calendar: Calendar) {
+        self.components = components
+        self.calendar = calendar
+    }
 
     /// The first matching date after `instant` (ns since 1970), in ns since 1970; nil when no
     /// later date matches.

@@ -30,7 +30,8 @@ extension TimerScheduler {
     }
 
     /// The part of ending that is the scheduler's own: false if `timer` had ended already.
-    private func markEndedLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) -> Bool {
+    private func markEndedLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) -> Bool
+    {
         guard !timer.state.hasEnded else { return false }
         timer.state = state
         timer.endCause = cause
@@ -40,11 +41,11 @@ extension TimerScheduler {
         timer.handler = Self.endedHandler
         if let extras = timer.extras {
             if !extras.observers.isEmpty {
-                after.observers.append(contentsOf: extras.observers)
+                after.owed.observers.append(contentsOf: extras.observers)
                 extras.observers = []
             }
             if let task = extras.runningTask {
-                after.tasks.append(task)
+                after.owed.tasks.append(task)
                 extras.runningTask = nil
             }
         }
@@ -56,9 +57,9 @@ extension TimerScheduler {
     @inline(__always)
     func settleLocked(_ after: inout AfterUnlock) {
         if !pendingEvents.isEmpty {
-            after.events.append(contentsOf: pendingEvents)
+            after.owed.events.append(contentsOf: pendingEvents)
             pendingEvents.removeAll(keepingCapacity: true)
-            after.eventObservers = eventObservers
+            after.owed.eventObservers = eventObservers
         }
         if waiters > 0 { firingDone.broadcast() }
         checkInvariantsLocked()
@@ -85,7 +86,7 @@ extension TimerScheduler {
     /// Moves the `whenEnded` actions of a timer that has ended and gone idle to `after`.
     func takeEndWaitersLocked(_ timer: TimerHandle, into after: inout AfterUnlock) {
         guard let extras = timer.extras, !extras.endWaiters.isEmpty, hasEndedAndIdleLocked(timer) else { return }
-        after.endWaiters.append(contentsOf: extras.endWaiters)
+        after.owed.endWaiters.append(contentsOf: extras.endWaiters)
         extras.endWaiters = []
     }
 
@@ -117,7 +118,7 @@ extension TimerScheduler {
         locked { after in
             guard let extras = timer.extras, let index = extras.endWaiters.firstIndex(where: { $0.token == token }) else { return }
             // Kept in the carrier only to be released there: it is not run.
-            after.droppedWaiters.append(extras.endWaiters.remove(at: index))
+            after.owed.droppedWaiters.append(extras.endWaiters.remove(at: index))
         }
     }
 }

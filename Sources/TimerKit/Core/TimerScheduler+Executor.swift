@@ -9,7 +9,7 @@ extension TimerScheduler: TaskExecutor {
         let job = UnownedJob(job)
         locked { after in
             guard !isShutDown, isAttached else {
-                after.strandedJobs.append(job)
+                after.owed.strandedJobs.append(job)
                 return
             }
             jobs.append(job)
@@ -25,7 +25,7 @@ extension TimerScheduler: TaskExecutor {
         let now = clock.now().nanoseconds
         guard armedKey > now else { return }
         do throws(TimerError) { try wakeLocked(at: now, &after) } catch {
-            after.strandedJobs.append(contentsOf: jobs)
+            after.owed.strandedJobs.append(contentsOf: jobs)
             jobs.removeAll()
         }
     }

@@ -36,7 +36,7 @@ extension TimerScheduler {
             unwatch = clocks.isWatched
             clocks.isWatched = false
             // Tasks that preferred the loop carry on without it.
-            after.strandedJobs.append(contentsOf: jobs)
+            if !jobs.isEmpty { after.owed.strandedJobs.append(contentsOf: jobs) }
             jobs.removeAll()
             return true
         }
@@ -62,12 +62,12 @@ extension TimerScheduler {
             hasEndedAllTimers = true
             if !hasReportedShutdown {
                 hasReportedShutdown = true
-                if let loopFailure { after.events.append(.loopFailed(backend: backendName, cause: loopFailure)) }
-                after.events.append(.shutDown(backend: backendName, endedTimers: ended))
+                if let loopFailure { after.owed.events.append(.loopFailed(backend: backendName, cause: loopFailure)) }
+                after.owed.events.append(.shutDown(backend: backendName, endedTimers: ended))
             }
             // The observers go with the shutdown, after hearing of it: one that captured its
             // backend would otherwise keep it alive for ever.
-            after.eventObservers = eventObservers
+            if !eventObservers.isEmpty { after.owed.eventObservers = eventObservers }
             eventObservers = []
         }
         // Ended timers waiting in the registry's removal batch hold this scheduler, which

@@ -141,8 +141,8 @@ extension TimerScheduler {
     /// unlocking (its `deinit` shuts this scheduler down, which takes this lock).
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
         if after.driver == nil { after.driver = driver }
-        guard let driver = after.driver else { return }
-        try driver.wake(at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
+        guard after.driver != nil else { return }
+        try after.driver?.wake(at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
         armedKey = key
     }
 

@@ -137,8 +137,11 @@ extension TimerScheduler {
     /// walk over the due entries serves every report (one walk per report made a herd of slow
     /// handlers quadratic: 10,000 took 6 s).
     func reportSlowCallsLocked() {
+        guard !slowCalls.notes.isEmpty else {
+            slowCalls.forgetCalls()
+            return
+        }
         defer { slowCalls.reset() }
-        guard !slowCalls.notes.isEmpty else { return }
         slowReportWalks += 1
         var waiting: [(key: UInt64, sequence: UInt64)] = []
         let latest = slowCalls.notes.map(\.finished).max() ?? 0
@@ -215,6 +218,12 @@ extension TimerScheduler {
                 result[index] = called.count - note.callsBefore - laterCalls[note.timer, default: 0]
             }
             return result
+        }
+
+        /// Forgets the calls noted: a wake-up that reported nothing.
+        @inline(__always)
+        mutating func forgetCalls() {
+            if !called.isEmpty { called.removeAll(keepingCapacity: true) }
         }
 
         mutating func reset() {

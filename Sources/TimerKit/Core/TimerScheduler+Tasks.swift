@@ -5,7 +5,7 @@ extension TimerScheduler {
     func taskStarted(_ timer: TimerHandle, _ task: Task<Void, Never>) {
         locked { after in
             if timer.state.hasEnded {
-                after.tasks.append(task)
+                after.owed.tasks.append(task)
             } else if let extras = timer.extras, extras.tasksRunning > 0 {
                 // A task that has already returned is not kept (`taskReturned` ran first).
                 extras.runningTask = task

@@ -200,6 +200,7 @@ import Synchronization
 
     /// Runs `body` under the lock with a carrier, settles the section (`settleLocked`: ended
     /// timers leave the registry, their end waiters are taken), unlocks, and runs the carrier.
+    @inline(__always)
     func locked<R, E: Error>(_ body: (inout AfterUnlock) throws(E) -> R) throws(E) -> R {
         var after = AfterUnlock()
         mutex.lock()

@@ -239,3 +239,24 @@ extension NIOWakeUpTests {
         }
     }
 }
+
+extension NIOBackendTests {
+    /// Promise (README, "Never hangs, never spins"): a NIO backend dropped without `shutdown()`
+    /// while it fires ends its timers; nothing hangs or crashes, on whichever thread the last
+    /// reference goes, the loop's included.
+    @Test func aBusyBackendDroppedWithoutShutdownEndsItsTimers() throws {
+        try withWatchdog {
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            defer { try? group.syncShutdownGracefully() }
+            for _ in 0..<20 {
+                let registry = TimerRegistry()
+                var backend: NIOBackend? = NIOBackend(on: group.next(), registry: registry)
+                let fired = Locked(0)
+                try backend?.schedule(.every(.microseconds(20))) { _ in fired.withLock { $0 += 1 } }
+                #expect(waitFor { fired.current >= 10 })
+                backend = nil
+                #expect(waitFor { registry.count == 0 }, "its timer ends with it")
+            }
+        }
+    }
+}

@@ -1,0 +1,40 @@
+import Foundation
+import Testing
+@_spi(BackendImplementation) import TimerKit
+import TimerKitEpoll
+import TimerKitLibevent
+import TimerKitTestSupport
+
+/// Promise (README, "Never hangs, never spins"): dropping a backend without shutting it down,
+/// even while it fires, is safe: its timers end and nothing hangs or crashes, whichever thread
+/// lets the last reference go (the scheduler loads its driver only into what it releases
+/// after unlocking, so a backend's `deinit` never runs under its lock).
+@Suite("Backends dropped without shutdown")
+struct DroppedBackendTests {
+    @Test(arguments: ["dispatch", "epoll", "libevent", "runLoop"])
+    func aBusyBackendDroppedWithoutShutdownEndsItsTimers(_ kind: String) throws {
+        try withWatchdog {
+            for _ in 0..<20 {
+                let registry = TimerRegistry()
+                var backend: (any TimerBackend)? = try Self.make(kind, registry)
+                let fired = Locked(0)
+                try backend?.schedule(.every(.microseconds(20))) { _ in fired.withLock { $0 += 1 } }
+                #expect(waitFor { fired.current >= 10 })
+                backend = nil
+                #expect(waitFor { registry.count == 0 }, "its timer ends with it")
+                let after = fired.current
+                blockRealTime(.milliseconds(5))
+                #expect(fired.current == after, "no handler runs once it has gone")
+            }
+        }
+    }
+
+    private static func make(_ kind: String, _ registry: TimerRegistry) throws -> any TimerBackend {
+        switch kind {
+        case "epoll": try EpollBackend(registry: registry)
+        case "libevent": try LibeventBackend(registry: registry)
+        case "runLoop": try RunLoopBackend(registry: registry)
+        default: DispatchBackend(registry: registry)
+        }
+    }
+}

@@ -8,7 +8,10 @@ import TimerKitTestSupport
 @Suite("Comparing a backend with another")
 struct ComparisonTests {
     @Test func aComparisonReportsEachFigureWithItsIntervalAndVerdict() throws {
-        let comparison = try withWatchdog { try ConformanceComparison.measure(BackendKind.pumped.underTest, against: .epoll, rounds: 6) }
+        let comparison = try withWatchdog {
+            try ConformanceComparison.measure(
+                BackendKind.pumped.underTest, against: .epoll, rounds: 6, timersPerRound: 10, pairsPerRound: 500)
+        }
         #expect(comparison.backendName == "pumped" && comparison.referenceName == "epoll" && comparison.rounds == 6)
         #expect(comparison.figures.map(\.name) == ["lateness p50 (µs)", "schedule + cancel (ns)"])
         for figure in comparison.figures {

@@ -108,16 +108,17 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
             return
         }
         try await Self.$running.withValue("\(name) [\(backend.name)]") {
-            switch body {
-            case .blocking(let check): try check(backend)
-            case .async(let check):
-                // Its steps run on a thread of its own. The blocking checks beside it hold the
-                // cooperative pool's threads (one per core) for their whole run, and a step that
-                // waited its turn there came seconds late, long after its watchdog was armed:
-                // under load, checks timed out and sleeps that ended on time seemed late.
-                let executor = ThreadTaskExecutor()
-                defer { executor.stop() }
-                try await withTaskExecutorPreference(executor) { try await check(backend) }
+            // Every check runs on a thread of its own. A blocking check run on the cooperative
+            // pool holds one of its threads (one per core) for its whole run, and an async step
+            // queued behind such checks came seconds late, long after its watchdog was armed:
+            // under load, tests timed out and sleeps that ended on time seemed late.
+            let executor = ThreadTaskExecutor()
+            defer { executor.stop() }
+            try await withTaskExecutorPreference(executor) {
+                switch body {
+                case .blocking(let check): try check(backend)
+                case .async(let check): try await check(backend)
+                }
             }
         }
     }

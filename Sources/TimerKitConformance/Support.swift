@@ -164,11 +164,17 @@ public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body:
     return try body()
 }
 
-/// Runs `body` under a watchdog, as the blocking `withWatchdog` does.
+/// Runs `body` under a watchdog, as the blocking `withWatchdog` does, with its steps on a thread
+/// of its own: on the cooperative pool a step could wait behind blocking tests for longer than
+/// the watchdog allows.
 public func withWatchdog<R>(_ what: String? = nil, seconds: Double = 30, _ body: () async throws -> R) async rethrows -> R {
-    let watchdog = Watchdog(what, seconds: seconds)
-    defer { watchdog.disarm() }
-    return try await body()
+    let executor = ThreadTaskExecutor()
+    defer { executor.stop() }
+    return try await withTaskExecutorPreference(executor) {
+        let watchdog = Watchdog(what, seconds: seconds)
+        defer { watchdog.disarm() }
+        return try await body()
+    }
 }
 
 // MARK: /proc readers

@@ -120,26 +120,30 @@ struct EpollTests {
 struct ClockStepTests {
     @Test func aForwardStepFiresTheWallTimersItJumpedPastAtOnce() async {
         let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-            let backend = try EpollBackend(registry: TimerRegistry())
-            let fired = Locked<[Tick]>([])
-            let steps = Locked<[Duration]>([])
-            backend.addEventObserver { event in
-                if case .clockChanged(_, .wall, let step) = event { steps.withLock { $0.append(step) } }
+            // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
+            func run() throws -> Int32 {
+                let backend = try EpollBackend(registry: TimerRegistry())
+                let fired = Locked<[Tick]>([])
+                let steps = Locked<[Duration]>([])
+                backend.addEventObserver { event in
+                    if case .clockChanged(_, .wall, let step) = event { steps.withLock { $0.append(step) } }
+                }
+                try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick) } }
+                try backend.schedule(.after(.seconds(30))) { tick in fired.withLock { $0.append(tick) } }
+                guard ClockWatcher.shared.currentState == .watching else { return 2 }
+                DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
+                try ClockWatcher.shared.injectCancel()
+                // The event reaches observers on the watcher's thread, the tick on the loop's: in
+                // either order.
+                guard waitFor(.seconds(10), { fired.current.count == 1 && !steps.current.isEmpty }) else { return 3 }
+                guard let tick = fired.current.first, tick.clock == .wall, tick.clockChanged else { return 4 }
+                guard let step = steps.current.first, abs((step - .seconds(60)) / .seconds(1)) < 0.1 else { return 5 }
+                blockRealTime(.milliseconds(50))
+                guard fired.current.count == 1, ClockWatcher.shared.changes >= 1 else { return 6 }
+                backend.shutdown()
+                return 0
             }
-            try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick) } }
-            try backend.schedule(.after(.seconds(30))) { tick in fired.withLock { $0.append(tick) } }
-            guard ClockWatcher.shared.currentState == .watching else { exit(2) }
-            DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
-            try ClockWatcher.shared.injectCancel()
-            // The event reaches observers on the watcher's thread, the tick on the loop's: in
-            // either order.
-            guard waitFor(.seconds(10), { fired.current.count == 1 && !steps.current.isEmpty }) else { exit(3) }
-            guard let tick = fired.current.first, tick.clock == .wall, tick.clockChanged else { exit(4) }
-            guard let step = steps.current.first, abs((step - .seconds(60)) / .seconds(1)) < 0.1 else { exit(5) }
-            blockRealTime(.milliseconds(50))
-            guard fired.current.count == 1, ClockWatcher.shared.changes >= 1 else { exit(6) }
-            backend.shutdown()
-            exit(0)
+            exit(try run())
         }
         let report = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
         #expect(result?.exitStatus == .exitCode(0), "\(report)")
@@ -149,15 +153,19 @@ struct ClockStepTests {
     /// timer: the wall timer it jumped past fires then.
     @Test func aStepIsSeenWhenTheLoopNextWakesWithoutTheWatcher() async {
         await #expect(processExitsWith: .success) {
-            let backend = try EpollBackend(registry: TimerRegistry())
-            let fired = Locked<[DeadlineClock]>([])
-            try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick.clock) } }
-            DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
-            try backend.schedule(.after(.milliseconds(50))) { tick in fired.withLock { $0.append(tick.clock) } }
-            guard waitFor(.seconds(10), { fired.current.count == 2 }) else { exit(2) }
-            guard Set(fired.current) == [.wall, .monotonic], ClockWatcher.shared.changes == 0 else { exit(3) }
-            backend.shutdown()
-            exit(0)
+            // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
+            func run() throws -> Int32 {
+                let backend = try EpollBackend(registry: TimerRegistry())
+                let fired = Locked<[DeadlineClock]>([])
+                try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick.clock) } }
+                DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
+                try backend.schedule(.after(.milliseconds(50))) { tick in fired.withLock { $0.append(tick.clock) } }
+                guard waitFor(.seconds(10), { fired.current.count == 2 }) else { return 2 }
+                guard Set(fired.current) == [.wall, .monotonic], ClockWatcher.shared.changes == 0 else { return 3 }
+                backend.shutdown()
+                return 0
+            }
+            exit(try run())
         }
     }
 
@@ -167,20 +175,24 @@ struct ClockStepTests {
     /// deadline "due at once" and re-filed it 1 ns later, for ever.
     @Test func aWallClockBehindTheMonotonicOneNeitherSpinsNorMissesADate() async {
         await #expect(processExitsWith: .success) {
-            let skew = -Int64(DeadlineClock.read(.wall)) + 20_000_000_000
-            DeadlineClock.wallSkewForTests.store(skew, ordering: .relaxed)
-            guard DeadlineClock.read(.wall) < DeadlineClock.read(.monotonic) else { exit(2) }
-            let backend = try EpollBackend(registry: TimerRegistry())
-            let fired = Locked<[DeadlineClock]>([])
-            try backend.schedule(.after(.milliseconds(300), on: .wall)) { tick in fired.withLock { $0.append(tick.clock) } }
-            let cpuBefore = processCPUSeconds()
-            blockRealTime(.milliseconds(200))
-            guard fired.current.isEmpty else { exit(3) }
-            // A spinning loop burns a core while it waits: 0.2 s in 0.2 s, not a few ms.
-            guard processCPUSeconds() - cpuBefore < 0.1 else { exit(4) }
-            guard waitFor(.seconds(10), { fired.current == [.wall] }) else { exit(5) }
-            backend.shutdown()
-            exit(0)
+            // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
+            func run() throws -> Int32 {
+                let skew = -Int64(DeadlineClock.read(.wall)) + 20_000_000_000
+                DeadlineClock.wallSkewForTests.store(skew, ordering: .relaxed)
+                guard DeadlineClock.read(.wall) < DeadlineClock.read(.monotonic) else { return 2 }
+                let backend = try EpollBackend(registry: TimerRegistry())
+                let fired = Locked<[DeadlineClock]>([])
+                try backend.schedule(.after(.milliseconds(300), on: .wall)) { tick in fired.withLock { $0.append(tick.clock) } }
+                let cpuBefore = processCPUSeconds()
+                blockRealTime(.milliseconds(200))
+                guard fired.current.isEmpty else { return 3 }
+                // A spinning loop burns a core while it waits: 0.2 s in 0.2 s, not a few ms.
+                guard processCPUSeconds() - cpuBefore < 0.1 else { return 4 }
+                guard waitFor(.seconds(10), { fired.current == [.wall] }) else { return 5 }
+                backend.shutdown()
+                return 0
+            }
+            exit(try run())
         }
     }
 
@@ -188,18 +200,22 @@ struct ClockStepTests {
     /// early; stepped forward again, it fires at once.
     @Test func aBackwardStepNeverMakesAWallTimerFireEarly() async {
         await #expect(processExitsWith: .success) {
-            let backend = try EpollBackend(registry: TimerRegistry())
-            let fired = Locked(0)
-            try backend.schedule(.at(date: Date().addingTimeInterval(0.2))) { _ in fired.withLock { $0 += 1 } }
-            DeadlineClock.wallSkewForTests.store(-60_000_000_000, ordering: .relaxed)
-            try ClockWatcher.shared.injectCancel()
-            blockRealTime(.milliseconds(600))
-            guard fired.current == 0 else { exit(2) }
-            DeadlineClock.wallSkewForTests.store(0, ordering: .relaxed)
-            try ClockWatcher.shared.injectCancel()
-            guard waitFor(.seconds(10), { fired.current == 1 }) else { exit(3) }
-            backend.shutdown()
-            exit(0)
+            // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
+            func run() throws -> Int32 {
+                let backend = try EpollBackend(registry: TimerRegistry())
+                let fired = Locked(0)
+                try backend.schedule(.at(date: Date().addingTimeInterval(0.2))) { _ in fired.withLock { $0 += 1 } }
+                DeadlineClock.wallSkewForTests.store(-60_000_000_000, ordering: .relaxed)
+                try ClockWatcher.shared.injectCancel()
+                blockRealTime(.milliseconds(600))
+                guard fired.current == 0 else { return 2 }
+                DeadlineClock.wallSkewForTests.store(0, ordering: .relaxed)
+                try ClockWatcher.shared.injectCancel()
+                guard waitFor(.seconds(10), { fired.current == 1 }) else { return 3 }
+                backend.shutdown()
+                return 0
+            }
+            exit(try run())
         }
     }
 }

@@ -365,7 +365,9 @@ enum Checks {
         defer { h.shutdown() }
         let observed = TickLog()
         let handled = Locked(0)
-        h.registry.addObserver(TimerObserver(didFire: { tick, _ in observed.record(tick) }))
+        // Removed at the end: the ticks it keeps hold their timers, which hold the registry.
+        let token = h.registry.addObserver(TimerObserver(didFire: { tick, _ in observed.record(tick) }))
+        defer { h.registry.removeObserver(token) }
         try h.backend.schedule(.every(ms(2), count: 5)) { _ in handled.withLock { $0 += 1 } }
         #expect(h.waitUntil { observed.count == 5 })
         #expect(handled.current == 5)

@@ -70,3 +70,21 @@ final class CallbackKinds: @unchecked Sendable {
         unsafeDowncast(callback, to: Callback.self).timerEnded(key, reason: reason, fires: fires)
     }
 }
+
+/// The callback of a handle's timer when its scheduler keeps handles' timers as timers with a
+/// key (`TimerScheduler.keepsHandlesAsKeyedTimers`): it calls the handle's handler, and lets go
+/// of it when the timer has ended, as a handle's timer does.
+final class HandleCallback: TimerCallback {
+    let handle: TimerHandle
+
+    init(_ handle: TimerHandle) { self.handle = handle }
+
+    func timerFired(_ fire: TimerFire) {
+        handle.handler(
+            Tick(
+                index: fire.index, scheduled: fire.scheduled, actual: fire.actual, missed: fire.missed, interval: fire.interval,
+                clock: fire.clock, clockChanged: fire.clockChanged, timer: handle))
+    }
+
+    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) { handle.letGoOfHandler() }
+}

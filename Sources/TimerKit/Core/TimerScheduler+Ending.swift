@@ -65,16 +65,22 @@ extension TimerScheduler {
                     callback: Unmanaged.passRetained(callback), kinds: callbackKinds,
                     key: TimerKey(slot: slot, generation: record.pointee.generation, scheduler: serial),
                     kind: record.pointee.callbackKind, cause: record.pointee.endCause, fires: record.pointee.fires))
-        } else if let owner = record.pointee.owner {
-            // Its final count: a last call whose target had gone was taken back.
-            let handle = unsafeDowncast(owner, to: TimerHandle.self)
-            if handle.endFacts.fires != record.pointee.fires {
-                handle.endFacts = EndFacts(
-                    fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause,
-                    hasCustomName: handle.endFacts.hasCustomName)
-            }
+        }
+        // Its handle's final count: a last call whose target had gone was taken back.
+        if record.pointee.callbackKind == 0, let owner = record.pointee.owner {
+            Self.settleFinalCount(of: unsafeDowncast(owner, to: TimerHandle.self), record)
+        } else if let handle = record.pointee.extras?.handle {
+            Self.settleFinalCount(of: handle, record)
         }
         store.free(slot)
+    }
+
+    @inline(__always)
+    private static func settleFinalCount(of handle: TimerHandle, _ record: UnsafeMutablePointer<TimerRecord>) {
+        guard handle.endFacts.fires != record.pointee.fires else { return }
+        handle.endFacts = EndFacts(
+            fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause,
+            hasCustomName: handle.endFacts.hasCustomName)
     }
 
     /// Closes a critical section: the events it queued go to `after` with the observers to

@@ -55,14 +55,29 @@ extension TimerScheduler {
                 runsTasks: runsTasks, helper: helper)
         }
         var handle: TimerHandle?
-        try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation in
+        try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
             let made = TimerHandle(scheduler: self, slot: slot, generation: generation, handler: handler)
             handle = made
-            return (made, 0)
+            guard handlesAsKeyedTimers else { return (made, 0) }
+            let kind = try callbackKinds.kind(of: HandleCallback.self)
+            let extras = store[slot].pointee.extras ?? TimerExtras()
+            extras.handle = made
+            store[slot].pointee.extras = extras
+            return (HandleCallback(made), kind)
         }
         // `add` returned: it made the handle.
         guard let handle else { throw .backendShutDown(backend: backendName) }
         return handle
+    }
+
+    /// For checks of the key path: when set, a timer scheduled with a handler is kept as a timer
+    /// scheduled with a key, whose callback calls the handler (its handle still answers for
+    /// it), so that a suite written against handles runs through what the key path runs: calls
+    /// through `TimerCallback`, `timerEnded`, the end of a timer whose owner is a callback.
+    /// Applies to timers scheduled after it is set.
+    @_spi(BackendImplementation) public var keepsHandlesAsKeyedTimers: Bool {
+        get { mutex.withLock { handlesAsKeyedTimers } }
+        set { mutex.withLock { handlesAsKeyedTimers = newValue } }
     }
 
     /// Registers and queues a timer that calls `callback`, and returns its key.

@@ -167,6 +167,14 @@ extension TimerScheduler {
         mutex.withLock { UnsafeRawPointer(store[timer.slot]) }
     }
 
+    /// Whether the live timer `key` names has no extras and `owner` as its callback (tests).
+    package func isPlainRecord(_ key: TimerKey, ownedBy owner: AnyObject) -> Bool {
+        mutex.withLock {
+            guard let record = try? recordLocked(key) else { return false }
+            return record.pointee.extras == nil && record.pointee.owner === owner
+        }
+    }
+
     /// Chunks of slots the store holds (tests).
     package var storeChunkCount: Int { mutex.withLock { store.chunks.count } }
 

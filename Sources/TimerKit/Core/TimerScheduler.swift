@@ -71,6 +71,8 @@ import Synchronization
     /// test seeds it (`seedJitter`).
     @exclusivity(unchecked) var jitterState = UInt64.random(in: .min ... .max)
     @exclusivity(unchecked) var isShutDown = false
+    /// See `keepsHandlesAsKeyedTimers`.
+    @exclusivity(unchecked) var handlesAsKeyedTimers = false
     /// The shutdown has ended every timer (a second `shutdown()` waits for that).
     @exclusivity(unchecked) var hasEndedAllTimers = false
     @exclusivity(unchecked) var loopFailure: TimerError?

@@ -17,7 +17,7 @@ FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Ben
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance
 
-.PHONY: all setup build lint format test test-nio test-observability check-conformance docs-nio docs-observability tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup setup-valgrind build lint format test test-nio test-observability check-conformance docs-nio docs-observability tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -31,6 +31,16 @@ setup:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libevent-dev pkg-config >/dev/null; \
 	fi
 	@pkg-config --exists libevent || { echo "setup: libevent still not found by pkg-config" >&2; exit 1; }
+
+# valgrind counts instructions per store operation for bench-check. Installed only when missing.
+setup-valgrind:
+	@if ! command -v valgrind >/dev/null 2>&1; then \
+		echo "setup: installing valgrind"; \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+		else echo "setup: valgrind is missing and this user cannot install it (run as root or install valgrind)" >&2; exit 1; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; \
+	fi
+	@command -v valgrind >/dev/null || { echo "setup: valgrind still not found" >&2; exit 1; }
 
 build: setup
 	$(SWIFT) build $(STRICT)
@@ -158,13 +168,16 @@ benchmarks: setup
 
 # The microbenchmarks against the limits that guard the fire path and the allocation counts
 # (scripts/check-benchmarks.py): an allocation added per fire or per schedule fails CI.
-bench-check: setup
+bench-check: setup setup-valgrind
 	rm -rf Benchmarks/.build/p90
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark --target TimerKitBenchmarks \
 		--format metricP90AbsoluteThresholds --path .build/p90 --no-progress
 	cd Benchmarks && $(SWIFT) build -c release --product statistics-cost && \
 		for run in 1 2 3; do "$$($(SWIFT) build -c release --show-bin-path)/statistics-cost" || exit 1; done > .build/p90/statistics-cost.jsonl
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
+	cd Benchmarks && $(SWIFT) build -c release --product store-profile
+	python3 scripts/instruction-budget.py "$$(cd Benchmarks && $(SWIFT) build -c release --show-bin-path)/store-profile" \
+		Benchmarks/instruction-budgets.json
 
 clean:
 	rm -rf .build .build-tsan .build-asan .build-docs .build-docs-TimerKitNIO .build-docs-TimerKitObservability .build-app .build-conformance Bench/.build Benchmarks/.build \

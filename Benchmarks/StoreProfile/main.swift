@@ -1,23 +1,19 @@
-// A fixed workload on the timer store, for profilers (`perf record`, valgrind's cachegrind):
-// LIVE timers scheduled on a Manual backend with deadlines 1–2 hours away, then PAIRS times a
-// schedule of one more and a cancel of a random live one (so LIVE stay live), then RESETS
-// reschedules of random live timers to later deadlines. Running it twice, with and without
-// the pairs (or resets), and subtracting gives a profiler's figures per operation.
+// A fixed workload on the timer store, for valgrind (instruction counts per operation, which do
+// not move with the machine's load) and profilers: LIVE timers 1–2 hours away on BACKEND (manual
+// or epoll, held as `any TimerBackend`, as an application holds it), then PAIRS times a schedule
+// of one more and a cancel of a random live one (so LIVE stay live), then RESETS moves of random
+// live timers to later deadlines. Running it with and without the pairs (or resets) and
+// subtracting gives the figures per operation (`scripts/instruction-budget.py` does).
 //
-//     store-profile LIVE PAIRS RESETS
+//     store-profile BACKEND LIVE PAIRS RESETS [keys]
+//
+// With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
+// callback object for all of them) instead of with a closure each.
 import Foundation
 import TimerKit
+import TimerKitEpoll
 
-let arguments = CommandLine.arguments.dropFirst().map { Int($0) }
-guard arguments.count == 3, let live = arguments[0], let pairs = arguments[1], let resets = arguments[2],
-    live > 0, pairs >= 0, resets >= 0
-else {
-    FileHandle.standardError.write(Data("usage: store-profile LIVE PAIRS RESETS (LIVE > 0, the others >= 0)\n".utf8))
-    exit(2)
-}
-
-/// Xorshift64* with a fixed seed: the same workload every run, and no system call per draw
-/// (the system's generator would be most of a profile).
+/// Xorshift64* with a fixed seed: the same workload every run, and no system call per draw.
 struct Workload: RandomNumberGenerator {
     var state: UInt64
     mutating func next() -> UInt64 {
@@ -33,9 +29,36 @@ func deadline(_ random: inout Workload) -> Duration {
     .nanoseconds(Int64.random(in: 3_600_000_000_000...7_200_000_000_000, using: &random))
 }
 
-do {
+/// Reset `index`'s deadline: 2 hours away plus 100 µs per reset before it, so every reset moves
+/// its timer later (than its first deadline and than any earlier reset's).
+func laterDeadline(_ index: Int) -> Duration {
+    .nanoseconds(7_200_000_000_000 + Int64(index) * 100_000)
+}
+
+/// The one callback of the key path's timers: nothing comes due while the workload runs.
+final class Ignored: TimerCallback {
+    func timerFired(_ fire: TimerFire) {}
+}
+
+// The workloads are functions: top-level variables are globals, and the runtime checks every
+// access to a global for exclusivity (80 instructions per pair that are not the store's).
+func keyWorkload(_ backend: any TimerBackend, live: Int, pairs: Int, resets: Int) throws {
     var random = Workload(state: 19)
-    let backend = ManualBackend(registry: TimerRegistry())
+    let callback = Ignored()
+    var timers = try (0..<live).map { _ in try backend.schedule(.after(deadline(&random)), calling: callback) }
+    for _ in 0..<pairs {
+        let index = Int.random(in: 0..<live, using: &random)
+        let replacement = try backend.schedule(.after(deadline(&random)), calling: callback)
+        backend.cancel(timers[index])
+        timers[index] = replacement
+    }
+    for reset in 0..<resets {
+        try backend.reschedule(timers[Int.random(in: 0..<live, using: &random)], .after(laterDeadline(reset)))
+    }
+}
+
+func handleWorkload(_ backend: any TimerBackend, live: Int, pairs: Int, resets: Int) throws {
+    var random = Workload(state: 19)
     var handles = try (0..<live).map { _ in try backend.schedule(.after(deadline(&random))) { _ in } }
     for _ in 0..<pairs {
         let index = Int.random(in: 0..<live, using: &random)
@@ -43,10 +66,29 @@ do {
         handles[index].cancel()
         handles[index] = replacement
     }
-    for _ in 0..<resets {
-        try handles[Int.random(in: 0..<live, using: &random)].reschedule(.after(deadline(&random) + .seconds(3600)))
+    for reset in 0..<resets {
+        try handles[Int.random(in: 0..<live, using: &random)].reschedule(.after(laterDeadline(reset)))
     }
-    print("live \(backend.statistics.liveTimers), pairs \(pairs), resets \(resets)")
+}
+
+let arguments = CommandLine.arguments.dropFirst()
+let counts = arguments.dropFirst().prefix(3).map { Int($0) }
+guard arguments.count >= 4, ["manual", "epoll"].contains(arguments.first), counts.count == 3,
+    let live = counts[0], let pairs = counts[1], let resets = counts[2], live > 0, pairs >= 0, resets >= 0
+else {
+    FileHandle.standardError.write(Data("usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0)\n".utf8))
+    exit(2)
+}
+let keys = arguments.last == "keys"
+do {
+    let backend: any TimerBackend =
+        arguments.first == "epoll" ? try EpollBackend(registry: TimerRegistry()) : ManualBackend(registry: TimerRegistry())
+    if keys {
+        try keyWorkload(backend, live: live, pairs: pairs, resets: resets)
+    } else {
+        try handleWorkload(backend, live: live, pairs: pairs, resets: resets)
+    }
+    print("\(arguments.first ?? ""): live \(backend.statistics.liveTimers), pairs \(pairs), resets \(resets)\(keys ? ", keys" : "")")
     backend.shutdown()
 } catch {
     FileHandle.standardError.write(Data("store-profile: \(error)\n".utf8))

@@ -95,6 +95,32 @@ public struct BackendUnderTest: Sendable, CustomStringConvertible, CustomTestStr
     /// compares a backend with unless told otherwise.
     public static let epoll = BackendUnderTest("epoll") { .init(try EpollBackend(registry: $0)) }
 
+    /// The same backend with the timers the checks schedule with a handler kept as timers
+    /// scheduled with a key (`TimerBackend/schedule(_:name:tolerance:missedTicks:calling:)`),
+    /// whose callback calls the handler: every check then runs through what the key path runs
+    /// (calls through a `TimerCallback`, its `timerEnded`, the end of a timer a callback owns).
+    /// For a backend that schedules through TimerKit's `TimerScheduler`, as TimerKit's do.
+    public var throughKeys: BackendUnderTest {
+        let make = self.make
+        return BackendUnderTest(
+            name: "\(name) via keys", optedOut: optedOut, isRealTime: isRealTime,
+            make: { registry in
+                let instance = try make(registry)
+                instance.backend.scheduler.keepsHandlesAsKeyedTimers = true
+                return instance
+            })
+    }
+
+    private init(
+        name: String, optedOut: [ConformanceCheck.Need: String], isRealTime: Bool,
+        make: @escaping @Sendable (TimerRegistry) throws -> Instance
+    ) {
+        self.name = name
+        self.optedOut = optedOut
+        self.isRealTime = isRealTime
+        self.make = make
+    }
+
     public var description: String { name }
     public var testDescription: String { name }
 

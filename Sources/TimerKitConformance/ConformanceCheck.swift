@@ -34,6 +34,8 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
         case stress
         /// Deadlines on the wall and continuous clocks.
         case clocks
+        /// Timers scheduled with a key: what a key answers and what its callback hears.
+        case keys
     }
 
     /// What a check needs of a backend beyond the basic contract. A backend without one
@@ -83,7 +85,7 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
     /// Every check, grouped in the order of ``Group``.
     public static let all: [ConformanceCheck] =
         Checks.checks + Checks.Adversarial.checks + Checks.Helpers.checks + Checks.Concurrency.checks
-        + Checks.DisplayDelivery.checks + Checks.Stress.checks + Checks.Clocks.checks
+        + Checks.DisplayDelivery.checks + Checks.Stress.checks + Checks.Clocks.checks + Checks.Keys.checks
 
     /// The checks of one group.
     public static func all(in group: Group) -> [ConformanceCheck] { all.filter { $0.group == group } }

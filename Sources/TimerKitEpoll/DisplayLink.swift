@@ -274,6 +274,9 @@ public final class DisplayLink: Sendable {
     /// is a timer of the source, or of the backend the link delivers on.
     public let handle: TimerHandle
     private let readStatistics: @Sendable () -> DisplayLinkStatistics
+    /// The refresh-rate divisor in force (a rate change moves it): what `framesPerSecond`
+    /// reports, after the link has ended too.
+    private let divisor: Atomic<Int>
 
     init<Target: AnyObject & Sendable>(
         source: DisplaySource, preferredFramesPerSecond: Double, name: String?,
@@ -284,6 +287,7 @@ public final class DisplayLink: Sendable {
         let backend: any TimerBackend = deliverOn ?? source
         deliveringBackend = backend
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferredFramesPerSecond)
+        self.divisor = Atomic(divisor)
         let core = LinkCore<Target>(action: action)
         readStatistics = { core.stats.current }
         let schedule = Self.schedule(on: source, divisor: divisor, clock: backend)
@@ -315,8 +319,7 @@ public final class DisplayLink: Sendable {
 
     /// Frames per second the link actually runs at (refresh rate ÷ divisor).
     public var framesPerSecond: Double {
-        guard let interval = handle.snapshot.interval else { return Double(source.refreshRate) }
-        return Double(source.refreshRate) / (interval / source.period)
+        Double(source.refreshRate) / Double(divisor.load(ordering: .relaxed))
     }
 
     /// Whether the link is paused. Setting it on an invalidated link does nothing; use
@@ -335,6 +338,7 @@ public final class DisplayLink: Sendable {
     public func setPreferredFramesPerSecond(_ preferred: Double) throws(TimerError) {
         let divisor = try source.divisor(forPreferredFramesPerSecond: preferred)
         try handle.reschedule(Self.schedule(on: source, divisor: divisor, clock: deliveringBackend))
+        self.divisor.store(divisor, ordering: .relaxed)
     }
 
     /// Ends the link: once it returns no new callback is begun (one already begun may still

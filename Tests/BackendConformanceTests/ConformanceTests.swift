@@ -11,6 +11,13 @@ struct ConformanceTests {
     func contract(_ check: ConformanceCheck, _ kind: BackendKind) async throws {
         try await check.run(on: kind.underTest)
     }
+
+    /// Every check again with the timers kept as timers scheduled with a key
+    /// (`BackendUnderTest.throughKeys`): the key path's calls and ends under the whole contract.
+    @Test(arguments: ConformanceCheck.all, BackendKind.allCases)
+    func contractThroughKeys(_ check: ConformanceCheck, _ kind: BackendKind) async throws {
+        try await check.run(on: kind.underTest.throughKeys)
+    }
 }
 
 /// Checks that need a child process of their own (descriptors and CPU time counted where no

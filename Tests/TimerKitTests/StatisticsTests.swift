@@ -46,25 +46,27 @@ struct StatisticsTests {
     }
 
     /// A handler that overruns two grid points: `.skip` drops one and fires the next 5 ms
-    /// late; `.delay` restarts the grid, passing over both. The snapshot says which timer.
+    /// late; `.delay` restarts the grid, passing over both. The snapshot says which timer (a
+    /// live timer's: once it has ended, a handle answers its name, state and fires).
     @Test func missedTicksAreCountedByPolicyAndPerTimer() throws {
         let clock = ManualBackend(registry: registry)
         defer { clock.shutdown() }
-        let skipping = try clock.schedule(.every(ms(10), count: 2), name: "skipping", missedTicks: .skip) { tick in
+        let skipping = try clock.schedule(.every(ms(10), count: 3), name: "skipping", missedTicks: .skip) { tick in
             if tick.index == 0 { clock.advance(by: ms(25)) }
         }
-        let delaying = try clock.schedule(.every(ms(100), count: 2), name: "delaying", missedTicks: .delay) { tick in
+        let delaying = try clock.schedule(.every(ms(100), count: 3), name: "delaying", missedTicks: .delay) { tick in
             if tick.index == 0 { clock.advance(by: ms(350)) }
         }
         let before = try #require(skipping.snapshot as TimerSnapshot?)
         #expect(before.lastLateness == nil && before.maxLateness == nil && before.missedTicks == 0)
-        clock.advance(by: ms(40))
+        clock.advance(by: ms(39))  // the third tick, due at 40 ms, is not yet
         let snapshot = skipping.snapshot
         #expect(snapshot.missedTicks == 1 && snapshot.lastLateness == ms(5) && snapshot.maxLateness == ms(5))
-        clock.advance(by: ms(1000))
+        clock.advance(by: ms(460))  // to 499 ms: its third tick, due at 550 ms, is not yet
         #expect(delaying.snapshot.missedTicks == 2)
         let stats = clock.statistics
         #expect(stats.missedTicks[.skip] == 1 && stats.missedTicks[.delay] == 2 && stats.missedTicks[.burst] == 0)
+        clock.advance(by: ms(1000))
         #expect(registry.snapshot().isEmpty)  // both finished
     }
 

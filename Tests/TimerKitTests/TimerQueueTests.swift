@@ -6,26 +6,20 @@ import TimerKitTestSupport
 /// The queue as a plain data structure, with no scheduler and no thread.
 @Suite("Timer queue")
 struct TimerQueueTests {
-    final class Item {
-        let id: Int
-        var live = true
-        init(_ id: Int) { self.id = id }
-    }
-
-    /// Empties `queue` into the order it pops in, giving back its retains.
-    private func drain(_ queue: inout TimerQueue<Item>) -> [(key: UInt64, sequence: UInt64, id: Int)] {
+    /// Empties `queue` into the order it pops in (an entry's `id` is its slot).
+    private func drain(_ queue: inout TimerQueue) -> [(key: UInt64, sequence: UInt64, id: Int)] {
         var popped: [(UInt64, UInt64, Int)] = []
-        while let top = queue.top, let item = queue.popTop() { popped.append((top.key, top.sequence, item.id)) }
+        while let entry = queue.popTop() { popped.append((entry.key, entry.sequence, Int(entry.slot))) }
         return popped
     }
 
     @Test func popsInKeyThenSequenceOrder() {
         var rng = SplitMix(seed: 7)
-        var queue = TimerQueue<Item>()
+        var queue = TimerQueue()
         var expected: [(UInt64, UInt64)] = []
         for sequence in 1...5000 as ClosedRange<UInt64> {
             let key = UInt64(rng.next() % 300)  // many equal keys: the sequence must order them
-            queue.insert(Item(Int(sequence)), key: key, sequence: sequence)
+            queue.insert(UInt32(Int(sequence)), key: key, sequence: sequence)
             expected.append((key, sequence))
             if sequence % 500 == 0 { queue.checkInvariants() }
         }
@@ -41,9 +35,9 @@ struct TimerQueueTests {
     /// in one chunk, its children in the next), and an emptied queue keeps one spare chunk.
     @Test func entriesAcrossChunkEdgesKeepTheOrderAndChunksAreGivenBack() {
         var rng = SplitMix(seed: 13)
-        var queue = TimerQueue<Item>()
-        let total = 3 * TimerQueue<Item>.chunkSize + 5
-        for sequence in 1...UInt64(total) { queue.insert(Item(Int(sequence)), key: rng.next() % 10_000, sequence: sequence) }
+        var queue = TimerQueue()
+        let total = 3 * TimerQueue.chunkSize + 5
+        for sequence in 1...UInt64(total) { queue.insert(UInt32(Int(sequence)), key: rng.next() % 10_000, sequence: sequence) }
         let chunksFull = queue.chunkCount
         #expect(chunksFull == 4)
         queue.checkInvariants()
@@ -55,7 +49,7 @@ struct TimerQueueTests {
         }
         queue.checkInvariants()
         let (chunksHalf, countHalf) = (queue.chunkCount, queue.count)
-        #expect(chunksHalf <= countHalf / TimerQueue<Item>.chunkSize + 2)
+        #expect(chunksHalf <= countHalf / TimerQueue.chunkSize + 2)
         let rest = drain(&queue)
         keys += rest.map(\.key)
         #expect(keys == keys.sorted())
@@ -63,34 +57,34 @@ struct TimerQueueTests {
         let chunksEmpty = queue.chunkCount
         #expect(chunksEmpty <= 2)
         // And the queue grows again after shrinking.
-        for sequence in 1...UInt64(2 * TimerQueue<Item>.chunkSize) { queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence) }
+        for sequence in 1...UInt64(2 * TimerQueue.chunkSize) { queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
         queue.checkInvariants()
-        #expect(drain(&queue).map(\.id) == Array(1...2 * TimerQueue<Item>.chunkSize))
+        #expect(drain(&queue).map(\.id) == Array(1...2 * TimerQueue.chunkSize))
     }
 
     /// Growing never copies the entries to a bigger buffer (at a million entries that copy
     /// held the scheduler's lock for milliseconds): where an entry is stored stays put while
     /// the queue grows past many chunks and its table of chunks grows too.
     @Test func growingNeverMovesTheEntries() {
-        var queue = TimerQueue<Item>()
+        var queue = TimerQueue()
         // Rising keys: nothing sifts, so entry 0 and the last of the first chunk stay theirs.
-        for sequence in 1...UInt64(TimerQueue<Item>.chunkSize) { queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence) }
+        for sequence in 1...UInt64(TimerQueue.chunkSize) { queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
         let first = queue.address(of: 0)
-        let lastOfFirstChunk = queue.address(of: TimerQueue<Item>.chunkSize - 1)
-        for sequence in UInt64(TimerQueue<Item>.chunkSize + 1)...UInt64(9 * TimerQueue<Item>.chunkSize) {
-            queue.insert(Item(Int(sequence)), key: sequence, sequence: sequence)
+        let lastOfFirstChunk = queue.address(of: TimerQueue.chunkSize - 1)
+        for sequence in UInt64(TimerQueue.chunkSize + 1)...UInt64(9 * TimerQueue.chunkSize) {
+            queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence)
         }
         let chunks = queue.chunkCount
         #expect(chunks == 9)  // past the table's first capacity of 4, so the table grew twice
-        let (firstAfter, lastAfter) = (queue.address(of: 0), queue.address(of: TimerQueue<Item>.chunkSize - 1))
+        let (firstAfter, lastAfter) = (queue.address(of: 0), queue.address(of: TimerQueue.chunkSize - 1))
         #expect(firstAfter == first)
         #expect(lastAfter == lastOfFirstChunk)
         _ = drain(&queue)
     }
 
     @Test func aRefiledTopSinksToItsNewPlace() {
-        var queue = TimerQueue<Item>()
-        for id in 1...10 { queue.insert(Item(id), key: UInt64(id) * 10, sequence: UInt64(id)) }
+        var queue = TimerQueue()
+        for id in 1...10 { queue.insert(UInt32(id), key: UInt64(id) * 10, sequence: UInt64(id)) }
         queue.refileTop(key: 55, sequence: 11)  // item 1 moves from 10 to 55
         queue.checkInvariants()
         #expect(drain(&queue).map(\.id) == [2, 3, 4, 5, 1, 6, 7, 8, 9, 10])
@@ -98,21 +92,16 @@ struct TimerQueueTests {
 
     @Test func aSweepRemovesOnlyDeadEntriesAndKeepsTheOrder() {
         var rng = SplitMix(seed: 11)
-        var queue = TimerQueue<Item>()
-        var items: [Item] = []
-        for id in 0..<2000 {
-            let item = Item(id)
-            items.append(item)
-            queue.insert(item, key: rng.next() % 1_000_000, sequence: UInt64(id + 1))
-        }
-        for item in items where item.id % 3 != 0 { item.live = false }
+        var queue = TimerQueue()
+        for id in 0..<2000 { queue.insert(UInt32(id), key: rng.next() % 1_000_000, sequence: UInt64(id + 1)) }
+        let isDead: (TimerQueue.Entry) -> Bool = { $0.slot % 3 != 0 }
         var found = 0
         // Bounded work per call: the budget and the limit both hold.
-        let first = queue.sweep(budget: 16, limit: 2, isDead: { !$0.element.takeUnretainedValue().live })
+        let first = queue.sweep(budget: 16, limit: 2, isDead: isDead)
         #expect(first <= 2)
         found += first
         while found < 1333 {
-            let step = queue.sweep(budget: 16, limit: 4, isDead: { !$0.element.takeUnretainedValue().live })
+            let step = queue.sweep(budget: 16, limit: 4, isDead: isDead)
             #expect(step <= 4)
             found += step
             queue.checkInvariants()
@@ -120,26 +109,8 @@ struct TimerQueueTests {
         #expect(found == 1333)
         let rest = drain(&queue)
         #expect(rest.count == 667)
-        #expect(Set(rest.map(\.id)) == Set(items.filter(\.live).map(\.id)))
+        #expect(Set(rest.map(\.id)) == Set((0..<2000).filter { $0 % 3 == 0 }))
         #expect(zip(rest, rest.dropFirst()).allSatisfy { $0.key <= $1.key })
-    }
-
-    @Test func theQueueHoldsOneReferencePerEntryAndGivesItBack() {
-        weak var gone: Item?
-        var queue = TimerQueue<Item>()
-        do {
-            let item = Item(1)
-            gone = item
-            queue.insert(item, key: 5, sequence: 1)
-            queue.insert(item, key: 9, sequence: 2)  // a dead entry beside the live one
-        }
-        #expect(gone != nil, "the queue keeps its elements alive")
-        let all = queue.removeAll()
-        #expect(all.count == 2)
-        let isEmpty = queue.isEmpty  // #expect takes copies; the queue is not copyable
-        #expect(isEmpty)
-        _ = consume all
-        #expect(gone == nil, "removeAll gave back both retains")
     }
 }
 

@@ -33,10 +33,10 @@ extension TimerBackend {
     public var registry: TimerRegistry { scheduler.registry }
 
     /// The most live timers (scheduled or suspended) this backend holds; nil: no limit.
-    public var maxLiveTimers: Int? { registry.maxLiveTimers(in: scheduler.registryShard) }
+    public var maxLiveTimers: Int? { scheduler.maxLiveTimers }
 
     /// How many schedules this backend's cap (`limitLiveTimers(to:)`) has refused.
-    public var refusedByLiveTimerLimit: Int { registry.refusedByLiveTimerLimit(in: scheduler.registryShard) }
+    public var refusedByLiveTimerLimit: Int { scheduler.refusedByLiveTimerLimit }
 
     /// Caps this backend's live timers (scheduled or suspended, helpers' and sleeps' timers
     /// included): once `limit` are live, scheduling another throws
@@ -44,7 +44,7 @@ extension TimerBackend {
     /// ends. Timers live already are kept, even above a lower new limit. Nil removes the cap.
     /// - Throws: `TimerError.invalidOption` for a negative `limit`.
     public func limitLiveTimers(to limit: Int?) throws(TimerError) {
-        try registry.limitLiveTimers(to: limit, in: scheduler.registryShard)
+        try scheduler.limitLiveTimers(to: limit)
     }
 
     /// Makes the jitter of this backend's timers (`TimerSchedule/every(_:firstAfter:count:jitter:)`)

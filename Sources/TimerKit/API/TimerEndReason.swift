@@ -34,4 +34,32 @@ public enum TimerEndReason: Sendable, Equatable, CustomStringConvertible {
 /// `.shutDown`, is its scheduler's.
 enum EndCause: UInt8 {
     case live, completed, cancelled, cancelledByName, cancelledByCancelAll, targetReleased, shutDown
+
+    /// The reason of an ended timer (`.completed` for `.live`, which no ended timer has), made
+    /// without an optional in between: a callback's end is told one on every cancel.
+    /// `loopFailure` is the scheduler's, for `.shutDown`.
+    func endedReason(loopFailure: TimerError?) -> TimerEndReason {
+        switch self {
+        case .live, .completed: .completed
+        case .cancelled: .cancelled
+        case .cancelledByName: .cancelledByName
+        case .cancelledByCancelAll: .cancelledByCancelAll
+        case .targetReleased: .targetReleased
+        case .shutDown: if let loopFailure { .loopFailed(loopFailure) } else { .backendShutDown }
+        }
+    }
+
+    /// The reason it stands for; nil while the timer is live. `loopFailure` is the
+    /// scheduler's, for `.shutDown`.
+    func reason(loopFailure: TimerError?) -> TimerEndReason? {
+        switch self {
+        case .live: nil
+        case .completed: .completed
+        case .cancelled: .cancelled
+        case .cancelledByName: .cancelledByName
+        case .cancelledByCancelAll: .cancelledByCancelAll
+        case .targetReleased: .targetReleased
+        case .shutDown: loopFailure.map { .loopFailed($0) } ?? .backendShutDown
+        }
+    }
 }

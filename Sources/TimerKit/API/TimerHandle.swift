@@ -1,115 +1,52 @@
 import Glibc
 
-/// Fields few timers use, kept out of line so that a plain timer stays small. Written and
-/// read only under the scheduler's lock.
-final class TimerExtras {
-    var tolerance: UInt64 = 0
-    var observers: [TimerObserver] = []
-    /// Run once the timer has ended and nothing of it runs any more (`whenEnded`).
-    var endWaiters: [EndWaiter] = []
-    /// The handler starts a task (`scheduleAsync`): a repeat is re-queued when the task
-    /// returns (fixed delay), not when the handler does.
-    var runsTasks = false
-    /// Tasks of this timer that have started and not returned.
-    var tasksRunning = 0
-    /// The running task, cancelled when the timer ends.
-    var runningTask: Task<Void, Never>?
-    /// A reschedule while a task ran: its first deadline stands when the task returns.
-    var rescheduledDuringTask = false
-    /// The `Debouncer` or `Throttler` whose timer this is (weak: the helper owns the timer).
-    /// Read only by `TimerScheduler.helper(of:)`, which hands it out of the lock: a strong
-    /// reference taken from it must never be the last one released under the lock.
-    weak var helper: AnyObject?
-    /// The most each fire is jittered by (ns), and this fire's draw: it is due at
-    /// `deadline + jitterOffset`.
-    var jitter: UInt64 = 0
-    var jitterOffset: UInt64 = 0
-    /// Suspended, not finished, after its last call (a helper's timer): the helper's next
-    /// call moves and resumes it, so a burst of calls reuses one timer.
-    var parksAfterLastCall = false
-    /// The dates of a calendar schedule; its next deadline is found as it fires.
-    var calendarRule: CalendarRule?
-}
-
-/// An action to run once a timer has ended and gone idle, and the token that takes it back.
-struct EndWaiter {
-    let token: UInt64
-    let action: @Sendable () -> Void
-}
-
 /// A scheduled timer: the value every `schedule` call returns.
 ///
 /// Cancel, suspend, resume or reschedule it from any thread. It is registered in its
-/// backend's registry until it is cancelled or finishes.
+/// backend's registry until it is cancelled or finishes. Copies of it are the same timer, and
+/// once the timer has ended it still answers `fireCount`, `endReason`, `currentState` and
+/// `name`.
+///
+/// A handle is a small front (its backend, its timer's slot there, and what it learns when the
+/// timer ends): the timer itself lives in its backend's store.
 public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConvertible {
-    // @unchecked: `id`, `customName` and `scheduler` are immutable; every other stored
-    // property is read and written only while holding `scheduler.mutex`.
+    // @unchecked: `scheduler`, `slot` and `generation` are immutable; `handler` and `endFacts`
+    // are read and written only while holding `scheduler.mutex` (and `endFacts`, once set,
+    // never changes again), but for one last write of `handler` (`letGoOfHandler`), by the
+    // thread that ended the timer after it unlocked: once ended, nothing reads it.
 
-    // Field order is deliberate: what cancel touches (id, scheduler, state, entrySequence,
-    // handler) comes first, so that with a million timers a cancel costs one cache miss on
-    // the timer instead of two or three.
+    let scheduler: TimerScheduler
+    /// Where the timer lives in its scheduler's store, and the slot's generation then.
+    let slot: UInt32
+    let generation: UInt32
+    /// The handler of a timer scheduled with a closure (its handle is what the store calls);
+    /// `TimerScheduler.endedHandler` once it has ended, or for a timer scheduled with a key.
+    @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
+    /// What it learned when its timer ended; `.live` until then.
+    @exclusivity(unchecked) var endFacts = EndFacts.live
+
+    init(scheduler: TimerScheduler, slot: UInt32, generation: UInt32, handler: @escaping @Sendable (Tick) -> Void) {
+        self.scheduler = scheduler
+        self.slot = slot
+        self.generation = generation
+        self.handler = handler
+    }
+
+    /// Lets go of the handler of its ended timer (outside the lock: its captures' deinits are
+    /// user code).
+    func letGoOfHandler() { handler = TimerScheduler.endedHandler }
+
+    deinit {
+        // Nothing else holds it now: its facts are read without the lock.
+        if endFacts.hasCustomName { EndedNames.forget(self) }
+    }
 
     /// Unique within its registry and never reused there: a slot number in the low 32 bits
     /// and that slot's generation in the high 32 bits.
-    public let id: UInt64
-    let scheduler: TimerScheduler
-    @exclusivity(unchecked) var state: TimerState = .scheduled
-    /// The clock its deadlines are on: `deadline` counts on it.
-    @exclusivity(unchecked) var clock: DeadlineClock
-    /// The scheduler's count of steps of `clock` when this timer was last queued or fired: a
-    /// fire that finds it behind says so (`Tick.clockChanged`).
-    @exclusivity(unchecked) var clockSteps: UInt32 = 0
-    @exclusivity(unchecked) var policy: MissedTickPolicy
-    /// Calls of the handler under way (a handler that runs its loop nested can make two).
-    @exclusivity(unchecked) var activeCalls: UInt16 = 0
-    /// Why it ended; `.live` until then.
-    @exclusivity(unchecked) var endCause: EndCause = .live
-    /// The sequence number of the queue entry that stands for this timer; 0 when it has none
-    /// (not queued: firing, suspended, ended). Any other entry of it in the queue is dead.
-    @exclusivity(unchecked) var entrySequence: UInt64 = 0
-    @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
-    /// The next due grid point: advanced one interval as a tick fires; moved by the
-    /// missed-tick policy when a tick fires more than an interval late.
-    @exclusivity(unchecked) var deadline: UInt64
-    let customName: String?
-    /// Repeat interval in ns; 0 for one-shots.
-    @exclusivity(unchecked) var interval: UInt64
-    /// Handler calls left; -1 for unlimited.
-    @exclusivity(unchecked) var remaining: Int
-    @exclusivity(unchecked) var fires: Int = 0
-    /// The lateness of its latest handler call and the most of any (ns), and the grid points
-    /// it has missed: for its snapshot.
-    @exclusivity(unchecked) var lastLateness: UInt64 = 0
-    @exclusivity(unchecked) var maxLateness: UInt64 = 0
-    @exclusivity(unchecked) var missedTicks: Int = 0
-    /// Its place among timers of equal deadline: the sequence of the latest queue or reset.
-    /// Greater than `entrySequence` when a reset moved it later and its entry waits to be
-    /// re-filed as it reaches the top.
-    @exclusivity(unchecked) var orderSequence: UInt64 = 0
-    @exclusivity(unchecked) var extras: TimerExtras?
-    /// The target of a target-action timer, held weakly; immutable, so any thread may read
-    /// the reference (but see `WeakReference` about loading the object).
-    let target: WeakReference?
-
-    init(
-        id: UInt64, name: String?, scheduler: TimerScheduler, resolved: TimerSchedule.Resolved,
-        policy: MissedTickPolicy, extras: TimerExtras?, target: WeakReference?, handler: @escaping @Sendable (Tick) -> Void
-    ) {
-        self.extras = extras
-        self.target = target
-        self.id = id
-        self.customName = name
-        self.scheduler = scheduler
-        self.handler = handler
-        self.policy = policy
-        self.deadline = resolved.firstDeadline
-        self.clock = resolved.clock
-        self.interval = resolved.intervalNanoseconds
-        self.remaining = resolved.remaining
-    }
+    public var id: UInt64 { scheduler.id(of: self) }
 
     /// The registered name: the caller's, or a generated `timer#<slot>` / `timer#<slot>.<generation>`.
-    public var name: String { customName ?? TimerRegistry.generatedName(id) }
+    public var name: String { scheduler.name(of: self) }
 
     /// The name of the backend this timer runs on.
     public var backendName: String { scheduler.backendName }
@@ -118,36 +55,13 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public var isActive: Bool { !currentState.hasEnded }
 
     /// The current state.
-    public var currentState: TimerState { scheduler.mutex.withLock { state } }
+    public var currentState: TimerState { scheduler.state(of: self) }
 
     /// Handler calls so far.
-    public var fireCount: Int { scheduler.mutex.withLock { fires } }
+    public var fireCount: Int { scheduler.fireCount(of: self) }
 
     /// A point-in-time view: name, backend, state, fires, next deadline.
-    public var snapshot: TimerSnapshot { scheduler.mutex.withLock { snapshotLocked() } }
-
-    /// The snapshot of a timer that is still live (scheduled or suspended), nil once it has
-    /// ended: what the registry lists, read in one critical section so no ended timer slips in.
-    var liveSnapshot: TimerSnapshot? {
-        scheduler.mutex.withLock { state.hasEnded ? nil : snapshotLocked() }
-    }
-
-    private func snapshotLocked() -> TimerSnapshot {
-        TimerSnapshot(
-            name: name, backend: scheduler.backendName, state: state, fires: fires,
-            nextDeadline: state == .scheduled
-                ? MonotonicInstant(nanoseconds: scheduler.clocks.offsets.monotonic(RepeatRule.dueTime(self), on: clock)) : nil,
-            interval: interval == 0 ? nil : .nanoseconds(Int64(clamping: interval)),
-            lastLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: lastLateness)),
-            maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: maxLateness)), missedTicks: missedTicks)
-    }
-
-    /// Whether this is a target-action timer whose target has been released. Call it only
-    /// outside TimerKit's locks (see `WeakReference`).
-    var hasReleasedTarget: Bool {
-        guard let target else { return false }
-        return target.object == nil
-    }
+    public var snapshot: TimerSnapshot { scheduler.snapshot(of: self) }
 
     /// Stops the timer. Idempotent; never throws. Once it returns, the loop begins no new call
     /// of the handler; a call it had already begun (running the observers' `willFire` hooks,
@@ -155,13 +69,13 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public func cancel() { scheduler.cancel(self, because: .cancelled) }
 
     /// Why the timer ended; nil while it is live (scheduled or suspended).
-    public var endReason: TimerEndReason? { scheduler.mutex.withLock { scheduler.endReasonLocked(self) } }
+    public var endReason: TimerEndReason? { scheduler.endReason(of: self) }
 
     /// Runs `action` with the reason once the timer has ended and no call of its handler, nor
     /// a task it started, is still running: at once (on this thread) if that is so already,
     /// otherwise on the thread that ended it, outside TimerKit's locks. It must be quick.
     public func onEnd(_ action: @escaping @Sendable (TimerEndReason) -> Void) {
-        scheduler.whenEnded(self) { [self] in action(scheduler.mutex.withLock { scheduler.endReasonLocked(self) } ?? .completed) }
+        scheduler.whenEnded(self) { [self] in action(scheduler.endReason(of: self) ?? .completed) }
     }
 
     func cancel(because cause: EndCause) { scheduler.cancel(self, because: cause) }
@@ -189,6 +103,53 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public func addObserver(_ observer: TimerObserver) throws(TimerError) { try scheduler.addObserver(observer, to: self) }
 
     public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }
-    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
     public var description: String { "TimerHandle(\(name) on \(backendName))" }
+}
+
+/// What a handle learns when its timer ends, in one word: the fires (low 56 bits), the final
+/// state and why it ended, and whether the timer had a name of the caller's (kept in
+/// `EndedNames`, so that a handle stays small).
+struct EndFacts: Equatable {
+    let raw: UInt64
+
+    static let live = EndFacts(raw: 0)
+
+    private static let endedBit: UInt64 = 1 << 63
+    private static let namedBit: UInt64 = 1 << 62
+
+    init(raw: UInt64) { self.raw = raw }
+
+    init(fires: Int, state: TimerState, cause: EndCause, hasCustomName: Bool) {
+        var raw = UInt64(clamping: max(0, fires)) & 0x00FF_FFFF_FFFF_FFFF
+        raw |= UInt64(cause.rawValue & 0b111) << 56
+        raw |= UInt64(state.rawValue & 0b11) << 59
+        raw |= Self.endedBit
+        if hasCustomName { raw |= Self.namedBit }
+        self.raw = raw
+    }
+
+    var hasEnded: Bool { raw & Self.endedBit != 0 }
+    var hasCustomName: Bool { raw & Self.namedBit != 0 }
+    var fires: Int { Int(raw & 0x00FF_FFFF_FFFF_FFFF) }
+    var cause: EndCause { EndCause(rawValue: UInt8((raw >> 56) & 0b111)) ?? .live }
+    var state: TimerState { TimerState(rawValue: UInt8((raw >> 59) & 0b11)) ?? .cancelled }
+}
+
+/// The caller's names of ended timers whose handles are still around: a handle answers its
+/// name after the end without carrying a string itself. Entries go with their handles.
+enum EndedNames {
+    private static let names = Locked<[ObjectIdentifier: String]>([:])
+
+    static func remember(_ name: String, for handle: TimerHandle) {
+        names.withLock { $0[ObjectIdentifier(handle)] = name }
+    }
+
+    static func name(of handle: TimerHandle) -> String? {
+        names.withLock { $0[ObjectIdentifier(handle)] }
+    }
+
+    static func forget(_ handle: TimerHandle) {
+        _ = names.withLock { $0.removeValue(forKey: ObjectIdentifier(handle)) }
+    }
 }

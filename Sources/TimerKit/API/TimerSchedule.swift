@@ -194,7 +194,7 @@ public struct TimerSchedule: Sendable {
         let interval = try nanoseconds(amount, parameter: "interval")
         guard interval == 0 else { return interval }
         switch amount {
-        case let .duration(duration) where duration > .zero:
+        case let .duration(duration) where !duration.isNegative && !duration.isZero:
             throw .intervalBelowOneNanosecond(parameter: "interval", seconds: Double(duration.components.attoseconds) / 1e18)
         case let .seconds(seconds) where seconds > 0:
             throw .intervalBelowOneNanosecond(parameter: "interval", seconds: seconds)
@@ -206,7 +206,7 @@ public struct TimerSchedule: Sendable {
     static func nanoseconds(_ amount: Amount, parameter: String) throws(TimerError) -> UInt64 {
         switch amount {
         case let .duration(duration):
-            if duration < .zero { throw .negativeDuration(parameter: parameter, value: duration) }
+            if duration.isNegative { throw .negativeDuration(parameter: parameter, value: duration) }
             return UInt64(duration.saturatingNanoseconds)
         case let .seconds(seconds):
             return try checkedNanoseconds(seconds: seconds, parameter: parameter)

@@ -150,9 +150,11 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
     let scheduler: TimerScheduler
     private let timer: CFRunLoopTimer
 
-    /// What the CF timer calls back: the scheduler, held weakly (the backend owns it).
+    /// What the CF timer calls back. It holds the scheduler strongly until shutdown invalidates
+    /// the CF timer, which releases it: a weak reference would give the scheduler a side table
+    /// (see `RecordChunk.owner`).
     private final class Callback {
-        weak var scheduler: TimerScheduler?
+        let scheduler: TimerScheduler
         init(_ scheduler: TimerScheduler) { self.scheduler = scheduler }
     }
 
@@ -181,7 +183,7 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
             nil, Self.never, 1e9, 0, 0,
             { _, info in
                 guard let info else { return }
-                Unmanaged<Callback>.fromOpaque(info).takeUnretainedValue().scheduler?.fireDueTimers()
+                Unmanaged<Callback>.fromOpaque(info).takeUnretainedValue().scheduler.fireDueTimers()
             }, &context)
         callback.release()  // the timer holds its own reference now
         CFRunLoopAddTimer(runLoop, timer, cfMode(mode))

@@ -1,32 +1,33 @@
 /// What a critical section of a scheduler owes once it has unlocked: user code to run (end
-/// waiters, event observers), tasks to cancel, jobs to hand to the global executor, and
-/// references whose last release could run user code (ended timers' handlers and observers,
-/// the driver loaded under the lock, which may be the backend itself). Filled under the lock,
-/// run and dropped after it, as SwiftNIO's `runOneLoopTick` and tokio's
+/// waiters, event observers, callbacks' `timerEnded`), tasks to cancel, jobs to hand to the
+/// global executor, and references whose last release could run user code (ended timers'
+/// handlers and observers, the driver loaded under the lock, which may be the backend itself).
+/// Filled under the lock, run and dropped after it, as SwiftNIO's `runOneLoopTick` and tokio's
 /// `process_at_sharded_time` do: the one shape every path of the scheduler uses for it.
 ///
-/// A scheduler's own timers need no carrying: a live one is also held by the registry, and an
-/// ended one holds nothing of the user's (`TimerScheduler.endLocked` takes it all here). But a
-/// batch the registry flushed can hold other schedulers' last timers, whose release can end
-/// those schedulers (whose `deinit` takes the registry's lock): it is carried too.
+/// What stays in the store when a timer ends holds nothing of the user's
+/// (`TimerScheduler.endLocked` takes it all here), so the store may let it go under the lock.
 ///
-/// What nearly every section carries (an ended timer's handler, the driver) is kept inline;
-/// the rest waits in `Owed`, allocated only by a section that has some, so that a cancel or a
-/// fire pays for no more than it uses.
-struct AfterUnlock {
-    /// The handler of the timer that ended here (most sections end one at most).
-    var handler: (@Sendable (Tick) -> Void)?
-    /// The driver, loaded strongly for a wake-up.
-    var driver: (any TimerDriver)?
-    /// Ended timers the registry let go of in a batch, and the registry, which reuses the
-    /// batch's storage.
-    private var flushed: [TimerHandle] = []
-    private var flushedFrom: TimerRegistry?
-    private var rest: Owed?
+/// Every section makes one, so it costs nothing it does not carry: its references are held as
+/// unmanaged +1 references, so that it is trivially destroyed (a struct of optional references
+/// released each on every section's way out, nil or not, cost ~140 instructions per
+/// operation), and `run()`, which every section calls once it has unlocked, gives them back.
+/// What nearly every section carries (an ended timer's handle, an ended callback, the driver) is
+/// inline; the rest waits in `Owed`, allocated only by a section that has some.
+struct AfterUnlock: ~Copyable {
+    /// The handle of a timer that ended here, whose handler is let go of after unlocking.
+    private var endedHandle: Unmanaged<TimerHandle>?
+    /// The driver, loaded strongly for a wake-up (see `loadDriver`).
+    private var loadedDriver: Unmanaged<AnyObject>?
+    /// A callback to tell that its timer has ended (and then let go of).
+    private var ended: EndedCallback?
+    private var rest: Unmanaged<Owed>?
+
+    init() {}
 
     /// The rarer things a section owes.
     final class Owed {
-        var handlers: [@Sendable (Tick) -> Void] = []
+        var handles: [TimerHandle] = []
         var observers: [TimerObserver] = []
         var endWaiters: [EndWaiter] = []
         var tasks: [Task<Void, Never>] = []
@@ -36,48 +37,99 @@ struct AfterUnlock {
         var strandedJobs: [UnownedJob] = []
         /// End waiters taken back unrun (their waiting task gave up): only released.
         var droppedWaiters: [EndWaiter] = []
-        /// More flushed batches, when a section flushed several.
-        var flushed: [TimerHandle] = []
+        var ended: [EndedCallback] = []
+        /// The scheduler's loop failure, for the reason of callbacks ended by the shutdown it
+        /// caused.
+        var loopFailure: TimerError?
+    }
+
+    /// A callback's `timerEnded`, prepared under the lock: plain fields (the reason is made from
+    /// the cause after unlocking) and the callback, held +1.
+    struct EndedCallback {
+        let callback: Unmanaged<AnyObject>
+        /// Not retained: a carrier runs inside a method of the scheduler that owns `kinds`.
+        unowned(unsafe) let kinds: CallbackKinds
+        let key: TimerKey
+        let kind: UInt8
+        let cause: EndCause
+        let fires: Int
     }
 
     /// The rarer things, made on first use.
     var owed: Owed {
         mutating get {
-            if let rest { return rest }
+            if let rest { return rest.takeUnretainedValue() }
             let made = Owed()
-            rest = made
+            rest = Unmanaged.passRetained(made)
             return made
         }
     }
 
     /// Whether it owes anything but releasing the driver: a fire that re-armed and ended no
     /// timer owes only that, which needs no second turn of the lock.
-    var owesMoreThanReleasingTheDriver: Bool { handler != nil || flushedFrom != nil || rest != nil }
+    var owesMoreThanReleasingTheDriver: Bool { endedHandle != nil || rest != nil || ended != nil }
 
-    mutating func keep(handler: @escaping @Sendable (Tick) -> Void) {
-        if self.handler == nil { self.handler = handler } else { owed.handlers.append(handler) }
+    /// Keeps `handle`, whose timer has ended, until after unlocking: `run()` lets go of its
+    /// handler there.
+    mutating func keep(endedHandle handle: TimerHandle) {
+        if endedHandle == nil { endedHandle = Unmanaged.passRetained(handle) } else { owed.handles.append(handle) }
     }
 
+    /// Takes `callback` (+1, the record's reference) to tell, after unlocking, that its timer
+    /// has ended.
+    mutating func keep(ended callback: EndedCallback) {
+        if ended == nil { ended = callback } else { owed.ended.append(callback) }
+    }
+
+    /// The driver, loaded strongly from `driver` once per section and held until after
+    /// unlocking: if the owner let the backend go meanwhile, its `deinit` (which shuts the
+    /// scheduler down, taking its lock) runs then.
+    mutating func loadDriver(_ driver: () -> (any TimerDriver)?) -> (any TimerDriver)? {
+        guard let loaded = driver() else { return nil }
+        // The first load's reference is the one held: the caller's copy is never the last.
+        if loadedDriver == nil { loadedDriver = Unmanaged.passRetained(loaded as AnyObject) }
+        return loaded
+    }
+
+    /// Runs what was owed, in order: ended callbacks told, tasks cancelled, end waiters told,
+    /// events delivered, jobs handed on; then lets go of everything held.
     @inline(__always)
-    mutating func keep(flushed batch: consuming [TimerHandle], from registry: TimerRegistry) {
-        guard batch.capacity > 0 else { return }
-        if flushedFrom == nil {
-            flushed = batch
-            flushedFrom = registry
-        } else {
-            owed.flushed.append(contentsOf: batch)
+    consuming func run() {
+        if endedHandle == nil && loadedDriver == nil && ended == nil && rest == nil {
+            discard self  // most sections owe nothing
+            return
         }
+        runOwed()
     }
 
-    /// Runs what was owed, in order: tasks cancelled, end waiters told, events delivered, jobs
-    /// handed on; then lets go of everything held.
-    mutating func run() {
+    private consuming func runOwed() {
+        let rest = self.rest?.takeRetainedValue()
+        if let ended { Self.tell(ended, loopFailure: rest?.loopFailure) }
         if let rest {
+            for callback in rest.ended { Self.tell(callback, loopFailure: rest.loopFailure) }
             for task in rest.tasks { task.cancel() }
             for waiter in rest.endWaiters { waiter.action() }
             for event in rest.events { for observer in rest.eventObservers { observer(event) } }
             for job in rest.strandedJobs { globalConcurrentExecutor.enqueue(job) }
+            for handle in rest.handles { handle.letGoOfHandler() }
         }
-        if let flushedFrom { flushedFrom.recycle(&flushed) }
+        endedHandle?.takeRetainedValue().letGoOfHandler()
+        loadedDriver?.release()
+        discard self
+    }
+
+    private static func tell(_ ended: EndedCallback, loopFailure: TimerError?) {
+        let callback = ended.callback.takeRetainedValue()
+        ended.kinds.ended(
+            callback, kind: ended.kind, ended.key, reason: ended.cause.endedReason(loopFailure: loopFailure), fires: ended.fires)
+    }
+
+    deinit {
+        // Every section runs its carrier; one dropped unrun (never) would only release.
+        assertionFailure("AfterUnlock dropped without run()")
+        rest?.release()
+        ended?.callback.release()
+        endedHandle?.release()
+        loadedDriver?.release()
     }
 }

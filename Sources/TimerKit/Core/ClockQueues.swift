@@ -3,28 +3,24 @@
 ///
 /// An entry dies when its timer stops waiting for it: the timer was cancelled, finished,
 /// suspended, or moved earlier (a later move keeps the entry, re-filed when it reaches the
-/// top). Dying only marks it (`TimerHandle.entrySequence` no longer matches), so a cancel
-/// touches its own timer and nothing else; `entryDied` is the one place that pays for that,
+/// top). Dying only marks it (`TimerRecord.entrySequence` no longer matches), so a cancel
+/// touches its own record and nothing else; `entryDied` is the one place that pays for that,
 /// by dropping dead entries at the top and sweeping a few elsewhere, which keeps dead entries
 /// at most one more than live ones after every operation.
-///
-/// Releasing the queue's references here, under the scheduler's lock, is safe: a live timer is
-/// also held by the registry, and an ended one holds nothing of the user's (`TimerScheduler`'s
-/// overview).
 struct ClockQueue: ~Copyable {
-    var heap = TimerQueue<TimerHandle>()
+    var heap = TimerQueue()
     private(set) var dead = 0
 
     /// Entries that stand for their timer.
     var live: Int { heap.count - dead }
 
     @inline(__always)
-    static func isDead(_ entry: TimerQueue<TimerHandle>.Entry) -> Bool {
-        entry.element._withUnsafeGuaranteedRef { $0.entrySequence != entry.sequence }
+    static func isDead(_ entry: TimerQueue.Entry, in store: borrowing TimerStore) -> Bool {
+        store[entry.slot].pointee.entrySequence != entry.sequence
     }
 
-    mutating func insert(_ timer: TimerHandle, key: UInt64, sequence: UInt64) {
-        heap.insert(timer, key: key, sequence: sequence)
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) {
+        heap.insert(slot, key: key, sequence: sequence)
     }
 
     /// The entry `sequence` no longer stands for its timer (whose `entrySequence` the caller
@@ -32,47 +28,47 @@ struct ClockQueue: ~Copyable {
     /// more; above, each death pays for sweeping up to two (looking at 16 entries), so dead
     /// entries fall back faster than they come; and if they ever reach one more than the live
     /// ones, it sweeps until they do not.
-    mutating func entryDied(sequence: UInt64) {
+    mutating func entryDied(sequence: UInt64, in store: borrowing TimerStore) {
         dead += 1
         if heap.top?.sequence == sequence {
-            dropDeadTops()
+            dropDeadTops(in: store)
         } else if dead * 4 > live * 3 {
-            dead -= heap.sweep(budget: 16, limit: 2, isDead: Self.isDead)
+            dead -= heap.sweep(budget: 16, limit: 2) { Self.isDead($0, in: store) }
         }
-        keepDeadWithinBound()
+        keepDeadWithinBound(in: store)
     }
 
     /// Sweeps until dead entries are at most one more than live ones: after a death that the
     /// bounded sweep did not make up for, or after live entries left (fired).
     @inline(__always)
-    mutating func keepDeadWithinBound() {
-        while dead > live + 1 { dead -= heap.sweep(budget: 64, limit: dead - live - 1, isDead: Self.isDead) }
-    }
-
-    /// Drops dead entries at the top, so that the earliest entry is live.
-    mutating func dropDeadTops() {
-        while let top = heap.top, Self.isDead(top) {
-            dead -= 1
-            _ = heap.popTop()
+    mutating func keepDeadWithinBound(in store: borrowing TimerStore) {
+        while dead > live + 1 {
+            dead -= heap.sweep(budget: 64, limit: dead - live - 1) { Self.isDead($0, in: store) }
         }
     }
 
-    /// Takes the live entry at the top out (the caller has checked it is live), with the
-    /// queue's reference to its timer; dead entries left behind stay within their bound.
-    mutating func popLiveTop() -> TimerHandle? {
-        let timer = heap.popTop()
-        keepDeadWithinBound()
-        return timer
+    /// Drops dead entries at the top, so that the earliest entry is live.
+    mutating func dropDeadTops(in store: borrowing TimerStore) {
+        while let top = heap.top, Self.isDead(top, in: store) {
+            dead -= 1
+            heap.popTop()
+        }
+    }
+
+    /// Takes the live entry at the top out (the caller has checked it is live); dead entries
+    /// left behind stay within their bound.
+    mutating func popLiveTop(in store: borrowing TimerStore) {
+        heap.popTop()
+        keepDeadWithinBound(in: store)
     }
 
     /// Removes up to `limit` entries, dead or live (a shutdown, a slice at a time); their
     /// timers are left with no entry. Returns whether any are left.
-    mutating func removeSome(_ limit: Int) -> Bool {
+    mutating func removeSome(_ limit: Int, in store: borrowing TimerStore) -> Bool {
         var deadRemoved = 0
         _ = heap.removeLast(upTo: limit) { entry in
-            entry.element._withUnsafeGuaranteedRef { timer in
-                if timer.entrySequence == entry.sequence { timer.entrySequence = 0 } else { deadRemoved += 1 }
-            }
+            let record = store[entry.slot]
+            if record.pointee.entrySequence == entry.sequence { record.pointee.entrySequence = 0 } else { deadRemoved += 1 }
         }
         dead -= deadRemoved
         return !heap.isEmpty
@@ -81,12 +77,12 @@ struct ClockQueue: ~Copyable {
     /// Traps if the counts or the order are wrong: the dead entries at most one more than the
     /// live ones, the heap in order. The order is checked in full for small queues and near the
     /// top for big ones, so that a debug build can check after every operation.
-    func checkInvariants() {
+    func checkInvariants(in store: borrowing TimerStore) {
         precondition(dead >= 0 && dead <= heap.count, "ClockQueue: \(dead) dead entries in \(heap.count)")
         precondition(dead <= live + 1, "ClockQueue: \(dead) dead entries for \(live) live ones")
         if heap.count <= 16 {
             heap.checkInvariants()
-            let counted = heap.count(where: Self.isDead)
+            let counted = heap.count { Self.isDead($0, in: store) }
             precondition(counted == dead, "ClockQueue: \(counted) dead entries, \(dead) counted")
         } else {
             heap.checkInvariants(upTo: 5)
@@ -132,9 +128,9 @@ struct ClockQueues: ~Copyable {
     /// Dead entries in all three.
     var dead: Int { monotonic.dead + continuous.dead + wall.dead }
 
-    func checkInvariants() {
-        monotonic.checkInvariants()
-        continuous.checkInvariants()
-        wall.checkInvariants()
+    func checkInvariants(in store: borrowing TimerStore) {
+        monotonic.checkInvariants(in: store)
+        continuous.checkInvariants(in: store)
+        wall.checkInvariants(in: store)
     }
 }

@@ -18,8 +18,10 @@ package final class ClockWatcher: @unchecked Sendable {
 
     package static let shared = ClockWatcher()
 
+    /// Held strongly from its first timer on those clocks until it shuts down (`unwatch`): a weak
+    /// reference would give the scheduler a side table (see `RecordChunk.owner`).
     private struct Watched {
-        weak var scheduler: TimerScheduler?
+        let scheduler: TimerScheduler
     }
 
     package enum State: Equatable {
@@ -137,8 +139,7 @@ package final class ClockWatcher: @unchecked Sendable {
             }
             let watched = mutex.withLock {
                 changesSeen += 1
-                schedulers = schedulers.filter { $0.value.scheduler != nil }
-                return schedulers.values.compactMap(\.scheduler)
+                return schedulers.values.map(\.scheduler)
             }
             for scheduler in watched { scheduler.clockMayHaveChanged() }
         }

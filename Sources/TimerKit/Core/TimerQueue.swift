@@ -4,7 +4,7 @@
 /// writing a timer. A 4-ary heap is half as deep as a binary one and its four children share
 /// a cache line or two, which is what counts with a million entries.
 ///
-/// The queue does not know whether an entry still stands for its element: the scheduler
+/// The queue does not know whether an entry still stands for its timer: the scheduler
 /// decides that (an entry whose sequence is not its timer's `entrySequence` is dead) and says
 /// so through `isDead` where the queue needs it. Dead entries are never searched for: they
 /// leave when they reach the top, or a few at a time by `sweep`, which walks the entries from
@@ -15,15 +15,14 @@
 /// buffer under the scheduler's lock (a million entries are 24 MB: several ms to copy), and a
 /// queue that empties gives its chunks back but one.
 ///
-/// Plain data, with no lock and no thread of its own: tests drive it directly. The queue owns
-/// one retain of each entry's element, taken in `insert` and given back with the element by
-/// `popTop` and `removeAll`, or released by `sweep` and `removeLast(upTo:)`; its owner must
-/// empty it before it goes (the queue frees its memory, not its elements).
-struct TimerQueue<Element: AnyObject>: ~Copyable {
+/// Plain data, with no lock and no thread of its own: tests drive it directly. An entry names
+/// its timer by slot number (`TimerStore`), so filing, moving and dropping entries touches no
+/// reference count.
+struct TimerQueue: ~Copyable {
     struct Entry {
         var key: UInt64
         var sequence: UInt64
-        let element: Unmanaged<Element>
+        let slot: UInt32
 
         @inline(__always)
         func precedes(_ other: Entry) -> Bool {
@@ -54,18 +53,18 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
 
     var isEmpty: Bool { count == 0 }
     var topKey: UInt64? { count == 0 ? nil : entry(0).pointee.key }
-    /// The earliest entry; its element is still owned by the queue.
+    /// The earliest entry.
     var top: Entry? { count == 0 ? nil : entry(0).pointee }
 
-    /// Where entry `index` is stored (entries are plain data: no retain or release moves them).
+    /// Where entry `index` is stored.
     @inline(__always)
     private func entry(_ index: Int) -> UnsafeMutablePointer<Entry> {
         chunks[index &>> Self.chunkShift] + (index & Self.chunkMask)
     }
 
-    mutating func insert(_ element: Element, key: UInt64, sequence: UInt64) {
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) {
         if count == chunkCount &<< Self.chunkShift { addChunk() }
-        entry(count).initialize(to: Entry(key: key, sequence: sequence, element: .passRetained(element)))
+        entry(count).initialize(to: Entry(key: key, sequence: sequence, slot: slot))
         count += 1
         siftUp(from: count - 1)
     }
@@ -94,10 +93,11 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         return last
     }
 
-    /// Removes the earliest entry and returns its element, with the queue's retain.
-    mutating func popTop() -> Element? {
+    /// Removes the earliest entry and returns it.
+    @discardableResult
+    mutating func popTop() -> Entry? {
         guard count > 0 else { return nil }
-        return remove(at: 0).takeRetainedValue()
+        return remove(at: 0)
     }
 
     /// Gives the earliest entry a new, later key and sequence and lets it sink to its place:
@@ -110,8 +110,8 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
     }
 
     /// Looks at up to `budget` entries, walking down from where the last sweep stopped, and
-    /// removes those `isDead` says are dead, stopping early once `limit` are removed. The
-    /// queue's retains of the elements removed are released. Returns how many it removed.
+    /// removes those `isDead` says are dead, stopping early once `limit` are removed. Returns
+    /// how many it removed.
     mutating func sweep(budget: Int, limit: Int, isDead: (Entry) -> Bool) -> Int {
         var looked = 0
         var found = 0
@@ -120,7 +120,7 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
             looked += 1
             if isDead(entry(sweepCursor).pointee) {
                 // What moves into this place is looked at next (it may have come from above).
-                remove(at: sweepCursor).release()
+                remove(at: sweepCursor)
                 found += 1
             } else {
                 sweepCursor -= 1
@@ -129,28 +129,25 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         return found
     }
 
-    /// Removes up to `limit` entries from the end (which keeps the heap order), shows each to
-    /// `visit`, and releases the queue's retains of their elements; returns how many it
-    /// removed. A queue emptied this way a slice at a time never holds its owner's lock for long.
+    /// Removes up to `limit` entries from the end (which keeps the heap order) and shows each to
+    /// `visit`; returns how many it removed. A queue emptied this way a slice at a time never
+    /// holds its owner's lock for long.
     mutating func removeLast(upTo limit: Int, _ visit: (Entry) -> Void = { _ in }) -> Int {
         let removed = Swift.min(limit, count)
         for _ in 0..<removed {
-            let last = removeLast()
-            visit(last)
-            last.element.release()
+            visit(removeLast())
         }
         if count == 0 { sweepCursor = 0 }
         return removed
     }
 
-    /// Empties the queue and returns every element (an element with several entries appears
-    /// once per entry), with the queue's retains.
-    mutating func removeAll() -> [Element] {
-        var elements: [Element] = []
-        elements.reserveCapacity(count)
-        while count > 0 { elements.append(removeLast().element.takeRetainedValue()) }
+    /// Empties the queue and returns every entry, in no particular order.
+    mutating func removeAll() -> [Entry] {
+        var entries: [Entry] = []
+        entries.reserveCapacity(count)
+        while count > 0 { entries.append(removeLast()) }
         sweepCursor = 0
-        return elements.reversed()
+        return entries
     }
 
     /// Calls `body` with every entry whose key is at or before `key`. Visits only those entries
@@ -191,8 +188,9 @@ struct TimerQueue<Element: AnyObject>: ~Copyable {
         precondition(chunkCount <= (count &>> Self.chunkShift) + 2, "TimerQueue: \(chunkCount) chunks for \(count) entries")
     }
 
-    private mutating func remove(at index: Int) -> Unmanaged<Element> {
-        let removed = entry(index).pointee.element
+    @discardableResult
+    private mutating func remove(at index: Int) -> Entry {
+        let removed = entry(index).pointee
         let last = removeLast()
         if index < count {
             entry(index).pointee = last

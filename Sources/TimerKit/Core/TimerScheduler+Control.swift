@@ -1,14 +1,106 @@
 import Glibc
 
-/// What callers do to a timer, from any thread: cancel, suspend, resume, reschedule, add
-/// observers, wait for a call to end. Each takes `mutex`, changes the timer's state and its
-/// place in the queues, and runs what it owes after unlocking.
+/// What callers do to a timer, from any thread, through its handle or its key: cancel,
+/// suspend, resume, reschedule, add observers, read its state, wait for a call to end. Each
+/// takes `mutex`, finds the timer's record, changes its state and its place in the queues, and
+/// runs what it owes after unlocking.
 extension TimerScheduler {
-    func cancel(_ timer: TimerHandle, because cause: EndCause) {
+    // MARK: Finding a timer's record
+
+    /// The record of the timer `handle` stands for while it has not ended; nil once it has.
+    @inline(__always)
+    func recordLocked(_ handle: TimerHandle) -> UnsafeMutablePointer<TimerRecord>? {
+        guard !handle.endFacts.hasEnded else { return nil }
+        let record = store[handle.slot]
+        return record.pointee.generation == handle.generation ? record : nil
+    }
+
+    /// The record of the timer `handle` stands for until its slot is given back: while it is
+    /// live, and after its end while a call or task of it still runs.
+    func liveOrBusyRecordLocked(_ handle: TimerHandle) -> UnsafeMutablePointer<TimerRecord>? {
+        let record = store[handle.slot]
+        return record.pointee.generation == handle.generation && record.pointee.owner != nil ? record : nil
+    }
+
+    /// The record of the live timer `key` names; nil once it has ended.
+    /// - Throws: `TimerError.invalidOption` for a key of another backend.
+    @inline(__always)
+    func recordLocked(_ key: TimerKey) throws(TimerError) -> UnsafeMutablePointer<TimerRecord>? {
+        guard key.scheduler == serial, Int(key.slot) &>> RecordChunk.shift < store.chunks.count else {
+            throw .invalidOption(name: "key", value: "\(key)", allowed: "a key the \(backendName) backend returned")
+        }
+        let record = store[key.slot]
+        guard record.pointee.generation == key.generation, record.pointee.owner != nil, !record.pointee.state.hasEnded else { return nil }
+        return record
+    }
+
+    /// The name of the timer in `slot`: the caller's, or one made from its id.
+    func nameLocked(_ slot: UInt32, generation: UInt32) -> String {
+        let record = store[slot]
+        if record.pointee.generation == generation, record.pointee.owner != nil, let name = record.pointee.extras?.name { return name }
+        return TimerRegistry.generatedName(store.id(of: slot, generation: generation))
+    }
+
+    func nameLocked(_ handle: TimerHandle) -> String {
+        if handle.endFacts.hasEnded {
+            return handle.endFacts.hasCustomName
+                ? EndedNames.name(of: handle) ?? TimerRegistry.generatedName(store.id(of: handle.slot, generation: handle.generation))
+                : TimerRegistry.generatedName(store.id(of: handle.slot, generation: handle.generation))
+        }
+        return nameLocked(handle.slot, generation: handle.generation)
+    }
+
+    /// What `TimerError.timerEnded` says of the timer `key` named: the final state while its
+    /// slot has not been reused, `.cancelled` after.
+    func endedErrorLocked(_ key: TimerKey) -> TimerError {
+        let record = store[key.slot]
+        let state = record.pointee.generation == key.generation &+ 1 ? record.pointee.state : .cancelled
+        return .timerEnded(
+            name: TimerRegistry.generatedName(store.id(of: key.slot, generation: key.generation)),
+            state: state.hasEnded ? state : .cancelled)
+    }
+
+    func endedErrorLocked(_ handle: TimerHandle) -> TimerError {
+        .timerEnded(name: nameLocked(handle), state: handle.endFacts.hasEnded ? handle.endFacts.state : .cancelled)
+    }
+
+    // MARK: Reading
+
+    func id(of handle: TimerHandle) -> UInt64 { mutex.withLock { store.id(of: handle.slot, generation: handle.generation) } }
+    func name(of handle: TimerHandle) -> String { mutex.withLock { nameLocked(handle) } }
+
+    func state(of handle: TimerHandle) -> TimerState {
+        mutex.withLock { recordLocked(handle)?.pointee.state ?? handle.endFacts.state }
+    }
+
+    func fireCount(of handle: TimerHandle) -> Int {
+        mutex.withLock { recordLocked(handle)?.pointee.fires ?? handle.endFacts.fires }
+    }
+
+    func endReason(of handle: TimerHandle) -> TimerEndReason? {
+        mutex.withLock { handle.endFacts.hasEnded ? endReasonLocked(handle.endFacts.cause) : nil }
+    }
+
+    func isActive(_ key: TimerKey) -> Bool {
+        mutex.withLock { ((try? recordLocked(key)) ?? nil) != nil }
+    }
+
+    // MARK: Cancelling
+
+    func cancel(_ handle: TimerHandle, because cause: EndCause) {
         // Explicit lock and unlock, not `locked`: the cancel path allocates nothing.
         var after = AfterUnlock()
         mutex.lock()
-        endLocked(timer, .cancelled, because: cause, into: &after)
+        if recordLocked(handle) != nil { endLocked(handle.slot, .cancelled, because: cause, into: &after) }
+        settleLocked(&after)
+        mutex.unlock()
+        after.run()
+    }
+
+    func cancel(_ key: TimerKey) {
+        var after = AfterUnlock()
+        mutex.lock()
+        if (try? recordLocked(key)) ?? nil != nil { endLocked(key.slot, .cancelled, because: .cancelled, into: &after) }
         settleLocked(&after)
         mutex.unlock()
         after.run()
@@ -17,14 +109,19 @@ extension TimerScheduler {
     /// The debouncer or throttler that `timer` belongs to, and whether the timer is live; a
     /// strong reference to the helper made here is dropped by the caller, outside the lock.
     func helper(of timer: TimerHandle) -> (helper: AnyObject?, isLive: Bool) {
-        mutex.withLock { (timer.extras?.helper, !timer.state.hasEnded) }
+        mutex.withLock {
+            guard let record = recordLocked(timer) else { return (nil, false) }
+            return (record.pointee.extras?.helper, true)
+        }
     }
+
+    // MARK: Waiting for a call
 
     /// Returns once no call of `timer`'s handler is running, or at once when the caller is
     /// the thread running it (a handler waiting for itself would never return).
     func waitUntilIdle(_ timer: TimerHandle) {
         mutex.lock()
-        while timer.activeCalls > 0 && !isFiringThreadLocked { waitLocked() }
+        while let record = liveOrBusyRecordLocked(timer), record.pointee.activeCalls > 0, !isFiringThreadLocked { waitLocked() }
         mutex.unlock()
     }
 
@@ -36,81 +133,163 @@ extension TimerScheduler {
         waiters -= 1
     }
 
-    func suspend(_ timer: TimerHandle) throws(TimerError) {
+    // MARK: Suspending, resuming, rescheduling
+
+    func suspend(_ handle: TimerHandle) throws(TimerError) {
         try locked { (after: inout AfterUnlock) throws(TimerError) in
-            if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
-            guard timer.state == .scheduled else { return }
-            timer.state = .suspended
-            retireLocked(timer, &after)
+            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
+            suspendLocked(handle.slot, &after)
         }
     }
 
-    func resume(_ timer: TimerHandle) throws(TimerError) {
+    func suspend(_ key: TimerKey) throws(TimerError) {
         try locked { (after: inout AfterUnlock) throws(TimerError) in
-            if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
-            if isShutDown { throw shutDownErrorLocked() }
-            guard timer.state == .suspended else { return }
-            timer.state = .scheduled
-            // A handler that suspends and resumes its own timer is re-queued when it returns,
-            // and a task timer when its task does.
-            guard timer.activeCalls == 0 && (timer.extras?.tasksRunning ?? 0) == 0 else { return }
-            do throws(TimerError) { try queueLocked(timer, &after) } catch {
-                timer.state = .suspended  // left as it was, so the caller may retry
+            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
+            suspendLocked(key.slot, &after)
+        }
+    }
+
+    private func suspendLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
+        let record = store[slot]
+        guard record.pointee.state == .scheduled else { return }
+        record.pointee.state = .suspended
+        retireLocked(slot, &after)
+    }
+
+    func resume(_ handle: TimerHandle) throws(TimerError) {
+        try locked { (after: inout AfterUnlock) throws(TimerError) in
+            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
+            try resumeLocked(handle.slot, &after)
+        }
+    }
+
+    func resume(_ key: TimerKey) throws(TimerError) {
+        try locked { (after: inout AfterUnlock) throws(TimerError) in
+            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
+            try resumeLocked(key.slot, &after)
+        }
+    }
+
+    private func resumeLocked(_ slot: UInt32, _ after: inout AfterUnlock) throws(TimerError) {
+        if isShutDown { throw shutDownErrorLocked() }
+        let record = store[slot]
+        guard record.pointee.state == .suspended else { return }
+        record.pointee.state = .scheduled
+        // A handler that suspends and resumes its own timer is re-queued when it returns,
+        // and a task timer when its task does.
+        guard record.pointee.activeCalls == 0 && (record.pointee.extras?.tasksRunning ?? 0) == 0 else { return }
+        do throws(TimerError) { try queueLocked(slot, &after) } catch {
+            record.pointee.state = .suspended  // left as it was, so the caller may retry
+            throw error
+        }
+    }
+
+    func reschedule(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
+        let resolved = try resolveNow(schedule)
+        var after = AfterUnlock()
+        mutex.lock()
+        let watch: Bool
+        do throws(TimerError) {
+            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
+            watch = try rescheduleLocked(handle.slot, resolved, calendar: schedule.calendarRule, &after)
+        } catch {
+            unlock(running: consume after)
+            throw error
+        }
+        unlock(running: consume after)
+        if watch { ClockWatcher.shared.watch(self) }
+    }
+
+    func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
+        let resolved = try resolveNow(schedule)
+        var after = AfterUnlock()
+        mutex.lock()
+        let watch: Bool
+        do throws(TimerError) {
+            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
+            watch = try rescheduleLocked(key.slot, resolved, calendar: schedule.calendarRule, &after)
+        } catch {
+            unlock(running: consume after)
+            throw error
+        }
+        unlock(running: consume after)
+        if watch { ClockWatcher.shared.watch(self) }
+    }
+
+    /// Gives the timer in `slot` the schedule `resolved` (resolved before locking: reading the
+    /// clock needs no lock); returns whether the clock watcher must be told of this scheduler now.
+    private func rescheduleLocked(
+        _ slot: UInt32, _ resolved: TimerSchedule.Resolved, calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock
+    ) throws(TimerError) -> Bool {
+        if isShutDown { throw shutDownErrorLocked() }
+        let record = store[slot]
+        if movedLaterInPlaceLocked(record, resolved, calendar: calendarRule) { return false }
+        var watch = false
+        var previousKey: UInt64?
+        if record.pointee.clock != resolved.clock {
+            killEntryLocked(slot)  // its entry is in the old clock's queue
+            record.pointee.clock = resolved.clock
+            watch = needsClockWatcherLocked(for: resolved.clock)
+        } else if record.pointee.entrySequence != 0 {
+            previousKey = RepeatRule.latestFireTime(record.pointee)
+        }
+        record.pointee.deadline = resolved.firstDeadline
+        record.pointee.interval = resolved.intervalNanoseconds
+        let calendar = calendarRule != nil
+        if resolved.jitterNanoseconds > 0 || calendar
+            || TimerRecord.needsExtras(forRemaining: resolved.remaining, interval: resolved.intervalNanoseconds, calendar: calendar)
+        {
+            if record.pointee.extras == nil { record.pointee.extras = TimerExtras() }
+        }
+        if let extras = record.pointee.extras {
+            extras.jitter = resolved.jitterNanoseconds
+            extras.calendarRule = calendarRule
+            drawJitterLocked(record)
+        }
+        record.pointee.setRemaining(resolved.remaining)
+        if let extras = record.pointee.extras, extras.tasksRunning > 0 {
+            // A task of it is running: the new schedule starts when the task returns.
+            extras.rescheduledDuringTask = true
+            killEntryLocked(slot)
+        } else if record.pointee.state == .scheduled {
+            // Inside its own handler too: the fire loop then sees it queued and leaves it be.
+            do throws(TimerError) { try queueLocked(slot, previousKey: previousKey, &after) } catch {
+                record.pointee.state = .suspended  // keeps the new schedule; resume() retries the arm
                 throw error
             }
         }
+        // A suspended timer has no entry: its place is found again on resume.
+        return watch
     }
 
-    func reschedule(_ timer: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
-        var watch = false
-        defer { if watch { ClockWatcher.shared.watch(self) } }
-        try locked { (after: inout AfterUnlock) throws(TimerError) in
-            if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
-            if isShutDown { throw shutDownErrorLocked() }
-            let resolved = try schedule.resolve(ownNow: now(of: schedule.clock, monotonic: clock.now().nanoseconds))
-            var previousKey: UInt64?
-            if timer.clock != resolved.clock {
-                killEntryLocked(timer)  // its entry is in the old clock's queue
-                timer.clock = resolved.clock
-                watch = needsClockWatcherLocked(for: timer.clock)
-            } else if timer.entrySequence != 0 {
-                previousKey = RepeatRule.latestFireTime(timer)
-            }
-            timer.deadline = resolved.firstDeadline
-            timer.interval = resolved.intervalNanoseconds
-            timer.remaining = resolved.remaining
-            if resolved.jitterNanoseconds > 0 || timer.extras?.jitter ?? 0 > 0 {
-                let extras = timer.extras ?? TimerExtras()
-                extras.jitter = resolved.jitterNanoseconds
-                timer.extras = extras
-                drawJitterLocked(timer)
-            }
-            if schedule.calendarRule != nil || timer.extras?.calendarRule != nil {
-                let extras = timer.extras ?? TimerExtras()
-                extras.calendarRule = schedule.calendarRule
-                timer.extras = extras
-            }
-            if let extras = timer.extras, extras.tasksRunning > 0 {
-                // A task of it is running: the new schedule starts when the task returns.
-                extras.rescheduledDuringTask = true
-                killEntryLocked(timer)
-            } else if timer.state == .scheduled {
-                // Inside its own handler too: the fire loop then sees it queued and leaves it be.
-                do throws(TimerError) { try queueLocked(timer, previousKey: previousKey, &after) } catch {
-                    timer.state = .suspended  // keeps the new schedule; resume() retries the arm
-                    throw error
-                }
-            }
-            // A suspended timer has no entry: its place is found again on resume.
-        }
+    /// The common reschedule, at a few instructions' cost: an idle timeout moved later on every
+    /// read. A queued monotonic timer with nothing beyond a deadline (no extras: no tolerance,
+    /// jitter, count or calendar, no task running) that stays monotonic and moves later keeps its queue
+    /// entry, to be re-filed when it reaches the top (`queueLocked` does the same for a timer
+    /// with more). Returns false, changing nothing, when that does not apply.
+    @inline(__always)
+    private func movedLaterInPlaceLocked(
+        _ record: UnsafeMutablePointer<TimerRecord>, _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?
+    ) -> Bool {
+        guard record.pointee.extras == nil, record.pointee.entrySequence != 0, record.pointee.state == .scheduled,
+            resolved.clock == .monotonic, record.pointee.clock == .monotonic, resolved.jitterNanoseconds == 0, calendar == nil,
+            resolved.firstDeadline >= record.pointee.deadline,
+            !TimerRecord.needsExtras(forRemaining: resolved.remaining, interval: resolved.intervalNanoseconds, calendar: false)
+        else { return false }
+        record.pointee.deadline = resolved.firstDeadline
+        record.pointee.interval = resolved.intervalNanoseconds
+        record.pointee.setRemaining(resolved.remaining)
+        nextSequence &+= 1
+        record.pointee.orderSequence = nextSequence
+        return true
     }
 
     func addObserver(_ observer: TimerObserver, to timer: TimerHandle) throws(TimerError) {
         try mutex.withLock { () throws(TimerError) in
-            if timer.state.hasEnded { throw .timerEnded(name: timer.name, state: timer.state) }
-            let extras = timer.extras ?? TimerExtras()
+            guard let record = recordLocked(timer) else { throw endedErrorLocked(timer) }
+            let extras = record.pointee.extras ?? TimerExtras()
             extras.observers.append(observer)
-            timer.extras = extras
+            record.pointee.extras = extras
         }
     }
 }

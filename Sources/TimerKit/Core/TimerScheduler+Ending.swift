@@ -1,45 +1,39 @@
 /// The one place a timer ends — cancelled, finished, its task's last return, shut down — and
-/// what waits for that: `whenEnded`'s actions, run once it has ended, left the registry and
-/// gone idle. All under `mutex`; what is owed runs after it (`AfterUnlock`).
+/// what waits for that: `whenEnded`'s actions and a callback's `timerEnded`, run once it has
+/// ended, left the registry and gone idle, when its slot is given back. All under `mutex`;
+/// what is owed runs after it (`AfterUnlock`).
 extension TimerScheduler {
     /// What an ended timer's handler becomes: one shared closure, so ending allocates nothing.
     static let endedHandler: @Sendable (Tick) -> Void = { _ in }
 
-    /// Ends `timer` in `state` (`.cancelled` or `.finished`) because of `cause`, if it has not
-    /// ended: its queue entry dies, it leaves the registry (under the registry's lock, nested
-    /// in this one), and everything of the user's it held goes to `after` — its handler, its
-    /// observers, the task it started (to be cancelled) — so that an ended timer holds nothing
-    /// whose release runs user code, and its last reference may be dropped anywhere. Its end
-    /// waiters are taken too if nothing of it runs any more; otherwise the call or task still
-    /// running takes them when it returns.
-    func endLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
-        guard markEndedLocked(timer, state, because: cause, into: &after) else { return }
-        after.keep(flushed: registry.remove(timer), from: registry)
-        takeEndWaitersLocked(timer, into: &after)
-    }
-
-    /// `endLocked` for many timers at once (a shutdown's slice): they leave the registry in one
-    /// turn of its lock. Returns how many it ended.
-    func endLocked(_ timers: [TimerHandle], because cause: EndCause, into after: inout AfterUnlock) -> Int {
-        var ended: [TimerHandle] = []
-        ended.reserveCapacity(timers.count)
-        for timer in timers where markEndedLocked(timer, .cancelled, because: cause, into: &after) { ended.append(timer) }
-        after.keep(flushed: registry.remove(ended), from: registry)
-        for timer in ended { takeEndWaitersLocked(timer, into: &after) }
-        return ended.count
-    }
-
-    /// The part of ending that is the scheduler's own: false if `timer` had ended already.
-    private func markEndedLocked(_ timer: TimerHandle, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) -> Bool
-    {
-        guard !timer.state.hasEnded else { return false }
-        timer.state = state
-        timer.endCause = cause
+    /// Ends the timer in `slot` in `state` (`.cancelled` or `.finished`) because of `cause`, if
+    /// it has not ended: its queue entry dies, it leaves the registry (its name, under the
+    /// registry's lock nested in this one), its handle learns the end, and everything of the
+    /// user's it held goes to `after` — its handler, its observers, the task it started (to be
+    /// cancelled) — so that what stays in the store holds nothing whose release runs user code.
+    /// Its slot is given back once nothing of it runs any more: now, or when the call or task
+    /// still running returns.
+    func endLocked(_ slot: UInt32, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
+        let record = store[slot]
+        guard !record.pointee.state.hasEnded else { return }
+        record.pointee.state = state
+        record.pointee.endCause = cause
         if cause != .completed && cause != .shutDown { stats.cancels += 1 }
-        retireLocked(timer, &after)
-        after.keep(handler: timer.handler)
-        timer.handler = Self.endedHandler
-        if let extras = timer.extras {
+        retireLocked(slot, &after)
+        store.live -= 1
+        registry.discharge()
+        let extras = record.pointee.extras
+        if let name = extras?.name { registry.release(name, scheduler: self, slot: slot) }
+        if record.pointee.callbackKind == 0, let handle = record.pointee.owner {
+            let handle = unsafeDowncast(handle, to: TimerHandle.self)
+            after.keep(endedHandle: handle)
+            handle.endFacts = EndFacts(fires: record.pointee.fires, state: state, cause: cause, hasCustomName: extras?.name != nil)
+            if let name = extras?.name { EndedNames.remember(name, for: handle) }
+        } else if let handle = extras?.handle {
+            handle.endFacts = EndFacts(fires: record.pointee.fires, state: state, cause: cause, hasCustomName: extras?.name != nil)
+            if let name = extras?.name { EndedNames.remember(name, for: handle) }
+        }
+        if let extras {
             if !extras.observers.isEmpty {
                 after.owed.observers.append(contentsOf: extras.observers)
                 extras.observers = []
@@ -49,7 +43,44 @@ extension TimerScheduler {
                 extras.runningTask = nil
             }
         }
-        return true
+        freeIfIdleLocked(slot, &after)
+    }
+
+    /// Gives the slot of an ended timer back once nothing of it runs any more (no call, no
+    /// task): its end waiters run, and a callback hears `timerEnded`, after unlocking.
+    func freeIfIdleLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
+        let record = store[slot]
+        guard record.pointee.state.hasEnded, record.pointee.activeCalls == 0, (record.pointee.extras?.tasksRunning ?? 0) == 0 else {
+            return
+        }
+        if let extras = record.pointee.extras, !extras.endWaiters.isEmpty {
+            after.owed.endWaiters.append(contentsOf: extras.endWaiters)
+            extras.endWaiters = []
+        }
+        if record.pointee.callbackKind != 0, let callback = record.pointee.owner.take() {
+            // The callback is the user's: it is told, and let go of, after unlocking.
+            if record.pointee.endCause == .shutDown, let loopFailure { after.owed.loopFailure = loopFailure }
+            after.keep(
+                ended: AfterUnlock.EndedCallback(
+                    callback: Unmanaged.passRetained(callback), kinds: callbackKinds,
+                    key: TimerKey(slot: slot, generation: record.pointee.generation, scheduler: serial),
+                    kind: record.pointee.callbackKind, cause: record.pointee.endCause, fires: record.pointee.fires))
+        }
+        // Its handle's final count: a last call whose target had gone was taken back.
+        if record.pointee.callbackKind == 0, let owner = record.pointee.owner {
+            Self.settleFinalCount(of: unsafeDowncast(owner, to: TimerHandle.self), record)
+        } else if let handle = record.pointee.extras?.handle {
+            Self.settleFinalCount(of: handle, record)
+        }
+        store.free(slot)
+    }
+
+    @inline(__always)
+    private static func settleFinalCount(of handle: TimerHandle, _ record: UnsafeMutablePointer<TimerRecord>) {
+        guard handle.endFacts.fires != record.pointee.fires else { return }
+        handle.endFacts = EndFacts(
+            fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause,
+            hasCustomName: handle.endFacts.hasCustomName)
     }
 
     /// Closes a critical section: the events it queued go to `after` with the observers to
@@ -65,30 +96,8 @@ extension TimerScheduler {
         checkInvariantsLocked()
     }
 
-    /// Why `timer` ended, or nil while it is live.
-    func endReasonLocked(_ timer: TimerHandle) -> TimerEndReason? {
-        switch timer.endCause {
-        case .live: nil
-        case .completed: .completed
-        case .cancelled: .cancelled
-        case .cancelledByName: .cancelledByName
-        case .cancelledByCancelAll: .cancelledByCancelAll
-        case .targetReleased: .targetReleased
-        case .shutDown: loopFailure.map { .loopFailed($0) } ?? .backendShutDown
-        }
-    }
-
-    /// Whether `timer` has ended and nothing of it runs any more: no handler call, no task.
-    func hasEndedAndIdleLocked(_ timer: TimerHandle) -> Bool {
-        timer.state.hasEnded && timer.activeCalls == 0 && (timer.extras?.tasksRunning ?? 0) == 0
-    }
-
-    /// Moves the `whenEnded` actions of a timer that has ended and gone idle to `after`.
-    func takeEndWaitersLocked(_ timer: TimerHandle, into after: inout AfterUnlock) {
-        guard let extras = timer.extras, !extras.endWaiters.isEmpty, hasEndedAndIdleLocked(timer) else { return }
-        after.owed.endWaiters.append(contentsOf: extras.endWaiters)
-        extras.endWaiters = []
-    }
+    /// Why a timer ended, from its cause; nil while it is live.
+    func endReasonLocked(_ cause: EndCause) -> TimerEndReason? { cause.reason(loopFailure: loopFailure) }
 
     /// Runs `action` once `timer` has ended (cancelled, finished, or shut down with its
     /// backend), has left the registry, and no call of its handler, nor a task it started, is
@@ -98,16 +107,17 @@ extension TimerScheduler {
     @discardableResult
     func whenEnded(_ timer: TimerHandle, _ action: @escaping @Sendable () -> Void) -> UInt64? {
         mutex.lock()
-        guard !hasEndedAndIdleLocked(timer) else {
+        guard let record = liveOrBusyRecordLocked(timer) else {
+            // Its slot has been given back: it has ended, and nothing of it runs.
             mutex.unlock()
             action()
             return nil
         }
-        let extras = timer.extras ?? TimerExtras()
+        let extras = record.pointee.extras ?? TimerExtras()
         nextWaiterToken &+= 1
         let token = nextWaiterToken
         extras.endWaiters.append(EndWaiter(token: token, action: action))
-        timer.extras = extras
+        record.pointee.extras = extras
         mutex.unlock()
         return token
     }
@@ -116,7 +126,9 @@ extension TimerScheduler {
     /// that gave up: its task was cancelled). It is released after unlocking.
     func removeEndWaiter(_ token: UInt64, of timer: TimerHandle) {
         locked { after in
-            guard let extras = timer.extras, let index = extras.endWaiters.firstIndex(where: { $0.token == token }) else { return }
+            guard let extras = liveOrBusyRecordLocked(timer)?.pointee.extras,
+                let index = extras.endWaiters.firstIndex(where: { $0.token == token })
+            else { return }
             // Kept in the carrier only to be released there: it is not run.
             after.owed.droppedWaiters.append(extras.endWaiters.remove(at: index))
         }

@@ -1,15 +1,30 @@
 import Glibc
 
-/// The fire call: take due timers out under the lock, make each handler call outside it, and
-/// settle what the call did under it again (the rule in `TimerScheduler`'s overview, kept here).
+/// The fire call: take due timers out under the lock, make each call outside it, and settle
+/// what the call did under it again (the rule in `TimerScheduler`'s overview, kept here).
 extension TimerScheduler {
-    /// One handler call, prepared under the lock and made outside it. It holds its own
-    /// references to everything the call uses (a concurrent cancel may drop the timer's).
+    /// One call, prepared under the lock and made outside it. It holds its own references to
+    /// everything the call uses (a concurrent cancel may drop the record's).
     struct Call {
+        /// The timer's handle (its handler made the call), or its callback.
+        let owner: AnyObject
         let handler: @Sendable (Tick) -> Void
-        let tick: Tick
+        /// The kind of the callback `owner` is, for a timer scheduled with a key; 0 otherwise.
+        let kind: UInt8
+        let slot: UInt32
+        let generation: UInt32
+        let index: Int
+        let scheduled: UInt64
+        let actual: UInt64
+        let missed: Int
+        let interval: Duration?
+        let clock: DeadlineClock
+        let clockChanged: Bool
         let observers: [TimerObserver]
         let target: WeakReference?
+        /// The handle a tick names (for a timer scheduled with a key: only when observers want
+        /// ticks, made for them).
+        let handle: TimerHandle?
     }
 
     /// The most handlers one `fireDueTimers` call runs (SwiftNIO runs at most 4096 scheduled
@@ -31,13 +46,14 @@ extension TimerScheduler {
         firingDepth += 1
         var after = AfterUnlock()
         let readings = readClocksLocked()
+        let observed = registry.hasObservers
         var failure: TimerError?
         var fired = 0
         var previousCallEnded: UInt64?
-        while fired < Self.maxFiresPerCall, !isShutDown, let timer = popDueLocked(readings) {
+        while fired < Self.maxFiresPerCall, !isShutDown, let slot = popDueLocked(readings) {
             fired += 1
-            let call = beginCallLocked(timer, readings, at: previousCallEnded)
-            let (began, due) = (call.tick.actual.nanoseconds, call.tick.scheduled.nanoseconds)
+            let call = beginCallLocked(slot, readings, at: previousCallEnded, observed: observed)
+            let (began, due) = (call.actual, call.scheduled)
             let timed = recordsStatistics
             mutex.unlock()
             // `consume`: without it a debug build keeps `call` (and the handler, tick and
@@ -48,8 +64,7 @@ extension TimerScheduler {
             let finished = timed ? clock.now().nanoseconds : nil
             previousCallEnded = finished
             mutex.lock()
-            if called, let finished { recordCallLocked(timer, began: began, due: due, finished: finished) }
-            do throws(TimerError) { try settleCallLocked(timer, called: called, &after) } catch {
+            do throws(TimerError) { try settleCallLocked(slot, call: called, began: began, due: due, finished: finished, &after) } catch {
                 failure = error
                 break
             }
@@ -85,14 +100,16 @@ extension TimerScheduler {
         if waiters > 0 { firingDone.broadcast() }
     }
 
-    /// Pops the next due, scheduled timer, with the queue's reference to it: the earliest
-    /// live first entry across the clocks' queues, due on its own clock. Dead entries met on the
-    /// way are dropped, and entries of timers reset to a later deadline are re-filed.
-    func popDueLocked(_ readings: ClockReadings) -> TimerHandle? {
-        guard !queues.onlyMonotonic else { return queues.monotonic.popDue(now: readings.monotonic, horizon: Self.horizonNanoseconds) }
+    /// Takes the next due, scheduled timer out of its queue: the earliest live first entry
+    /// across the clocks' queues, due on its own clock. Dead entries met on the way are dropped,
+    /// and entries of timers reset to a later deadline are re-filed.
+    func popDueLocked(_ readings: ClockReadings) -> UInt32? {
+        guard !queues.onlyMonotonic else {
+            return queues.monotonic.popDue(now: readings.monotonic, horizon: Self.horizonNanoseconds, in: store)
+        }
         var earliest: (clock: DeadlineClock, at: UInt64, sequence: UInt64)?
         for clock in DeadlineClock.allCases {
-            let head = queues.with(clock) { $0.liveTop() }
+            let head = queues.with(clock) { $0.liveTop(in: store) }
             guard let head, head.key < .max else { continue }
             let at = readings.monotonic(head.key, on: clock)
             if let best = earliest, (best.at, best.sequence) < (at, head.sequence) { continue }
@@ -101,85 +118,114 @@ extension TimerScheduler {
         guard let earliest else { return nil }
         // Wall dates are never beyond what a deadline holds on their own clock: only "never" is.
         let horizon = earliest.clock == .wall ? UInt64.max : Self.horizonNanoseconds
-        return queues.with(earliest.clock) { $0.popDue(now: readings[earliest.clock], horizon: horizon) }
+        return queues.with(earliest.clock) { $0.popDue(now: readings[earliest.clock], horizon: horizon, in: store) }
     }
 
-    /// Advances `timer` past this tick under the lock and returns the call to make. The call
-    /// begins at `reading`, a clock reading taken after the timer came due (the previous call's
-    /// end, in a batch), or at a fresh reading.
-    func beginCallLocked(_ timer: TimerHandle, _ readings: ClockReadings, at reading: UInt64?) -> Call {
-        let index = timer.fires
-        timer.fires += 1
-        if timer.remaining > 0 { timer.remaining -= 1 }
+    /// Advances the timer in `slot` past this tick under the lock and returns the call to make.
+    /// The call begins at `reading`, a clock reading taken after the timer came due (the
+    /// previous call's end, in a batch), or at a fresh reading.
+    func beginCallLocked(_ slot: UInt32, _ readings: ClockReadings, at reading: UInt64?, observed: Bool) -> Call {
+        let record = store[slot]
+        let index = record.pointee.fires
+        record.pointee.fires += 1
+        record.pointee.countCall()
         let actual = reading ?? clock.now().nanoseconds
+        let timerClock = record.pointee.clock
         // Its own clock's reading at `actual`: the wake-up's, moved on by the time since.
-        let ownActual =
-            timer.clock == .monotonic ? actual : readings[timer.clock].saturatingAdd(actual &- min(actual, readings.monotonic))
-        let missed = RepeatRule.catchUp(timer, now: ownActual)
-        // The deadline on the monotonic clock, as `Tick` reports it.
-        let scheduled = clocks.reported.monotonic(RepeatRule.dueTime(timer), on: timer.clock)
-        let steps = clocks.steps(of: timer.clock)
-        let clockChanged = timer.clockSteps != steps
-        timer.clockSteps = steps
+        let ownActual = timerClock == .monotonic ? actual : readings[timerClock].saturatingAdd(actual &- min(actual, readings.monotonic))
+        let missed = RepeatRule.catchUp(&record.pointee, now: ownActual)
+        // The deadline on the monotonic clock, as a tick reports it.
+        let scheduled = clocks.reported.monotonic(RepeatRule.dueTime(record.pointee), on: timerClock)
+        var clockChanged = false
+        if timerClock != .monotonic {
+            let steps = clocks.steps(of: timerClock)
+            let fireStats = store.writableFireStats(slot)
+            clockChanged = fireStats.pointee.clockSteps != steps
+            fireStats.pointee.clockSteps = steps
+        }
         if recordsStatistics && missed > 0 {
-            timer.missedTicks += missed
-            if timer.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
+            store.writableFireStats(slot).pointee.missedTicks &+= UInt32(truncatingIfNeeded: missed)
+            if record.pointee.policy == .skip { stats.skipped += missed } else { stats.delayed += missed }
         }
-        let interval: Duration? = timer.interval == 0 ? nil : .nanoseconds(Int64(clamping: timer.interval))
-        if timer.interval > 0 {
-            timer.deadline = timer.deadline.saturatingAdd(timer.interval)
-            drawJitterLocked(timer)
-        } else if timer.remaining != 0, let rule = timer.extras?.calendarRule {
+        let interval: Duration? = record.pointee.interval == 0 ? nil : .nanoseconds(Int64(clamping: record.pointee.interval))
+        let extras = record.pointee.extras
+        if record.pointee.interval > 0 {
+            record.pointee.deadline = record.pointee.deadline.saturatingAdd(record.pointee.interval)
+            drawJitterLocked(record)
+        } else if record.pointee.remaining != 0, let rule = extras?.calendarRule {
             // The first date after this fire: a late fire (a suspend, a step) fires once.
-            if let next = rule.next(after: max(timer.deadline, ownActual)) { timer.deadline = next } else { timer.remaining = 0 }
+            if let next = rule.next(after: max(record.pointee.deadline, ownActual)) {
+                record.pointee.deadline = next
+            } else {
+                record.pointee.endCalls()
+            }
         }
-        timer.activeCalls += 1
-        if let extras = timer.extras, extras.runsTasks { extras.tasksRunning += 1 }
-        let tick = Tick(
-            index: index, scheduled: MonotonicInstant(nanoseconds: scheduled), actual: MonotonicInstant(nanoseconds: actual),
-            missed: missed, interval: interval, clock: timer.clock, clockChanged: clockChanged, timer: timer)
-        return Call(handler: timer.handler, tick: tick, observers: timer.extras?.observers ?? [], target: timer.target)
+        record.pointee.activeCalls += 1
+        if let extras, extras.runsTasks { extras.tasksRunning += 1 }
+        let owner = record.pointee.owner ?? Self.endedHandlerOwner
+        let kind = record.pointee.callbackKind
+        var handle: TimerHandle?
+        var handler = Self.endedHandler
+        if kind == 0 {
+            let timer = unsafeDowncast(owner, to: TimerHandle.self)
+            handle = timer
+            handler = timer.handler
+        } else if observed || !(extras?.observers.isEmpty ?? true) {
+            handle = frontLocked(slot)
+        }
+        return Call(
+            owner: owner, handler: handler, kind: kind,
+            slot: slot, generation: record.pointee.generation, index: index, scheduled: scheduled, actual: actual,
+            missed: missed, interval: interval, clock: timerClock, clockChanged: clockChanged,
+            observers: extras?.observers ?? [], target: extras?.target, handle: handle)
     }
 
-    /// Settles a call that has returned (`called`: its handler ran, its target was not gone):
-    /// the timer waits for its task, parks, ends, or is queued again. Throws
-    /// when the driver refuses the re-queue's wake-up: the loop cannot go on.
-    func settleCallLocked(_ timer: TimerHandle, called: Bool, _ after: inout AfterUnlock) throws(TimerError) {
-        timer.activeCalls -= 1
+    /// Stands in for the owner of a record that has none (never: a queued timer has one).
+    private static let endedHandlerOwner = EmptyOwner()
+    private final class EmptyOwner: Sendable {}
+
+    /// Settles a call that has returned (`called`: it ran, its target was not gone): records
+    /// it, then the timer waits for its task, parks, ends, or is queued again. Throws when the
+    /// driver refuses the re-queue's wake-up: the loop cannot go on.
+    func settleCallLocked(
+        _ slot: UInt32, call called: Bool, began: UInt64, due: UInt64, finished: UInt64?, _ after: inout AfterUnlock
+    ) throws(TimerError) {
+        let record = store[slot]
+        record.pointee.activeCalls -= 1
+        let extras = record.pointee.extras
         if !called {
             // The target was gone, so the handler never ran: the tick does not count.
-            timer.fires -= 1
-            if timer.remaining >= 0 { timer.remaining += 1 }
-            if let extras = timer.extras, extras.runsTasks { extras.tasksRunning -= 1 }
+            record.pointee.fires -= 1
+            record.pointee.countCall(undo: true)
+            if let extras, extras.runsTasks { extras.tasksRunning -= 1 }
+        } else if let finished {
+            recordCallLocked(slot, began: began, due: due, finished: finished)
         }
-        if timer.extras?.runsTasks == true && called {
-            // Its task decides what follows, when it returns (`taskReturned`). If it has returned
-            // already, during this call, the timer may have ended with this call the last thing
-            // running: then its end waiters wait no longer.
-            takeEndWaitersLocked(timer, into: &after)
-        } else if isLastCallOverLocked(timer) && timer.extras?.parksAfterLastCall == true {
-            timer.state = .suspended  // a debouncer's or throttler's timer waits for its next call
-        } else if isLastCallOverLocked(timer) {
-            endLocked(timer, .finished, because: .completed, into: &after)
-        } else if timer.state == .scheduled && timer.entrySequence == 0 && !isShutDown {
-            try queueLocked(timer, &after)
-        } else {
-            // Cancelled or suspended while its handler ran (the queue no longer holds it), or
-            // the backend began shutting down meanwhile: nothing is queued; if it has ended, its
-            // end waiters run now that the call is over.
-            takeEndWaitersLocked(timer, into: &after)
+        if record.pointee.state.hasEnded {
+            // Cancelled while it ran, or ended by its own call: its slot goes back once idle.
+            freeIfIdleLocked(slot, &after)
+        } else if extras?.runsTasks == true && called {
+            // Its task decides what follows, when it returns (`taskReturned`).
+        } else if isLastCallOverLocked(record) && extras?.parksAfterLastCall == true {
+            record.pointee.state = .suspended  // a debouncer's or throttler's timer waits for its next call
+        } else if isLastCallOverLocked(record) {
+            endLocked(slot, .finished, because: .completed, into: &after)
+        } else if record.pointee.state == .scheduled && record.pointee.entrySequence == 0 && !isShutDown {
+            try queueLocked(slot, &after)
         }
+        // Otherwise suspended while its handler ran, or the backend began shutting down: nothing
+        // is queued; the shutdown ends it.
     }
 
-    /// Whether `timer` has made its last call (a one-shot's, a count's last) and so finishes
-    /// now, whatever that call did to it — suspended it included — unless it rescheduled it
-    /// (which gives it calls again) or ended it.
-    func isLastCallOverLocked(_ timer: TimerHandle) -> Bool {
-        !timer.state.hasEnded && timer.remaining == 0 && timer.entrySequence == 0
+    /// Whether the timer `record` holds has made its last call (a one-shot's, a count's last)
+    /// and so finishes now, whatever that call did to it — suspended it included — unless it
+    /// rescheduled it (which gives it calls again) or ended it.
+    func isLastCallOverLocked(_ record: UnsafeMutablePointer<TimerRecord>) -> Bool {
+        !record.pointee.state.hasEnded && record.pointee.remaining == 0 && record.pointee.entrySequence == 0
     }
 
-    /// Makes one handler call, outside the lock, and says whether it did. Everything `call`
-    /// holds is released when this returns, still outside the lock.
+    /// Makes one call, outside the lock, and says whether it did. Everything `call` holds is
+    /// released when this returns, still outside the lock.
     func perform(_ call: consuming Call) -> Bool {
         guard let target = call.target else {
             invoke(call)
@@ -189,7 +235,7 @@ extension TimerScheduler {
         // strong reference loaded here keeps the target alive for the call and is dropped
         // before the lock is taken again.
         guard let object = target.object else {
-            call.tick.timer.cancel(because: .targetReleased)
+            cancel(slot: call.slot, generation: call.generation, because: .targetReleased)
             return false
         }
         withExtendedLifetime(object) { invoke(call) }
@@ -198,32 +244,62 @@ extension TimerScheduler {
 
     func invoke(_ call: borrowing Call) {
         let registryObservers = registry.currentObservers()
-        if registryObservers.isEmpty && call.observers.isEmpty {
-            call.handler(call.tick)
+        guard !registryObservers.isEmpty || !call.observers.isEmpty, let handle = call.handle else {
+            makeCall(call)
             return
         }
-        for observer in registryObservers { observer.willFire?(call.tick) }
-        for observer in call.observers { observer.willFire?(call.tick) }
+        let tick = Tick(
+            index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
+            missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged, timer: handle)
+        for observer in registryObservers { observer.willFire?(tick) }
+        for observer in call.observers { observer.willFire?(tick) }
         let began = clock.now()
-        call.handler(call.tick)
+        makeCall(call)
         let elapsed = clock.now() - began
-        for observer in call.observers { observer.didFire?(call.tick, elapsed) }
-        for observer in registryObservers { observer.didFire?(call.tick, elapsed) }
+        for observer in call.observers { observer.didFire?(tick, elapsed) }
+        for observer in registryObservers { observer.didFire?(tick, elapsed) }
+    }
+
+    @inline(__always)
+    private func makeCall(_ call: borrowing Call) {
+        if call.kind != 0 {
+            callbackKinds.fire(
+                call.owner, kind: call.kind,
+                TimerFire(
+                    key: TimerKey(slot: call.slot, generation: call.generation, scheduler: serial), index: call.index,
+                    scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
+                    missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged))
+        } else {
+            call.handler(
+                Tick(
+                    index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled),
+                    actual: MonotonicInstant(nanoseconds: call.actual), missed: call.missed, interval: call.interval,
+                    clock: call.clock, clockChanged: call.clockChanged, timer: unsafeDowncast(call.owner, to: TimerHandle.self)))
+        }
+    }
+
+    /// Ends the timer in `slot` if it is still the one of `generation` (a target found gone).
+    func cancel(slot: UInt32, generation: UInt32, because cause: EndCause) {
+        locked { after in
+            let record = store[slot]
+            guard record.pointee.generation == generation, record.pointee.owner != nil else { return }
+            endLocked(slot, .cancelled, because: cause, into: &after)
+        }
     }
 }
 
 extension ClockQueue {
     /// The first entry once dead ones are dropped and reset ones re-filed: the live entry that
     /// is earliest.
-    mutating func liveTop() -> TimerQueue<TimerHandle>.Entry? {
+    mutating func liveTop(in store: borrowing TimerStore) -> TimerQueue.Entry? {
         while let top = heap.top {
-            let timer = top.element.takeUnretainedValue()
-            if timer.entrySequence != top.sequence {
-                dropDeadTops()
-            } else if timer.orderSequence != top.sequence {
+            let record = store[top.slot]
+            if record.pointee.entrySequence != top.sequence {
+                dropDeadTops(in: store)
+            } else if record.pointee.orderSequence != top.sequence {
                 // Reset later while it waited: it takes its new place now, in the order of its reset.
-                heap.refileTop(key: RepeatRule.latestFireTime(timer), sequence: timer.orderSequence)
-                timer.entrySequence = timer.orderSequence
+                heap.refileTop(key: RepeatRule.latestFireTime(record.pointee), sequence: record.pointee.orderSequence)
+                record.pointee.entrySequence = record.pointee.orderSequence
             } else {
                 return top
             }
@@ -231,15 +307,16 @@ extension ClockQueue {
         return nil
     }
 
-    /// Pops the live first entry if it is due at `now` (this queue's clock): when its latest
-    /// fire time has come, or its due time has and the loop is awake anyway (a timer with
+    /// Takes the live first entry out if it is due at `now` (this queue's clock): when its
+    /// latest fire time has come, or its due time has and the loop is awake anyway (a timer with
     /// tolerance fires early in its window rather than cost a wake-up of its own). Keys at or
     /// past `horizon` never come, however far the clock moves.
-    mutating func popDue(now: UInt64, horizon: UInt64) -> TimerHandle? {
-        guard let top = liveTop(), top.key < horizon else { return nil }
-        let timer = top.element.takeUnretainedValue()
-        guard top.key <= now || RepeatRule.dueTime(timer) <= now else { return nil }
-        timer.entrySequence = 0
-        return popLiveTop()
+    mutating func popDue(now: UInt64, horizon: UInt64, in store: borrowing TimerStore) -> UInt32? {
+        guard let top = liveTop(in: store), top.key < horizon else { return nil }
+        let record = store[top.slot]
+        guard top.key <= now || RepeatRule.dueTime(record.pointee) <= now else { return nil }
+        record.pointee.entrySequence = 0
+        popLiveTop(in: store)
+        return top.slot
     }
 }

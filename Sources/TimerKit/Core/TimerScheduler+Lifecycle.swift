@@ -1,7 +1,7 @@
 /// Shutting down, by the backend or because its loop failed: every timer of this scheduler
 /// ends, and no handler of it runs once `shutdown()` returns. The work is done a slice at a
-/// time, each under the locks for a moment only, so that shutting down a backend with a
-/// million timers never holds the registry, which every backend shares, for long.
+/// time, each under the lock for a moment only; the registry, which every backend shares, is
+/// taken only to let the timers' names go.
 extension TimerScheduler {
     /// Cancels every timer of this scheduler and refuses new ones, then waits until the
     /// loop is no longer running any of its handlers nor any of its own bookkeeping — unless
@@ -22,8 +22,9 @@ extension TimerScheduler {
         shutDown(failure: cause)
     }
 
-    /// Timers a shutdown ends, or queue entries it drops, per turn of the locks.
-    static let shutdownSlice = 1024
+    /// Queue entries a shutdown drops per turn of the lock (timers end a chunk of slots, 4,096,
+    /// per turn).
+    static let shutdownSlice = 4096
 
     func shutDown(failure: TimerError?) {
         var unwatch = false
@@ -49,14 +50,20 @@ extension TimerScheduler {
         if unwatch { ClockWatcher.shared.unwatch(self) }
         // Nothing is queued once shutdown has begun: the queues empty a slice at a time.
         while mutex.withLock({ queuesHaveEntriesAfterDroppingSomeLocked() }) {}
-        // Every timer is in the registry (queued, suspended, firing or running a task).
+        // Every timer is in the store (queued, suspended, firing or running a task): they end a
+        // chunk of slots at a time.
         var ended = 0
-        var cursor = 0
-        var more = true
-        while more {
-            let slice = registry.timers(in: registryShard, from: &cursor, chunks: Self.shutdownSlice / TimerRegistry.chunkSize)
-            more = slice.hasMore
-            locked { after in ended += endLocked(slice.timers, because: .shutDown, into: &after) }
+        var chunk = 0
+        while mutex.withLock({ chunk < store.chunks.count }) {
+            locked { after in
+                var slots: [UInt32] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
+                for slot in slots where !store[slot].pointee.state.hasEnded {
+                    endLocked(slot, .cancelled, because: .shutDown, into: &after)
+                    ended += 1
+                }
+            }
+            chunk += 1
         }
         locked { after in
             hasEndedAllTimers = true
@@ -70,15 +77,14 @@ extension TimerScheduler {
             if !eventObservers.isEmpty { after.owed.eventObservers = eventObservers }
             eventObservers = []
         }
-        // Ended timers waiting in the registry's removal batch hold this scheduler, which
-        // holds the registry: let them go now, or a dropped registry would never be freed.
-        registry.retire(registryShard)
+        // Every timer has ended: lookups and listings have nothing more to find here.
+        registry.unregister(self, chunks: mutex.withLock { store.chunks })
     }
 
     /// Drops up to a slice of queue entries; whether any are left.
     private func queuesHaveEntriesAfterDroppingSomeLocked() -> Bool {
         for clock in DeadlineClock.allCases where queues.read(clock, { !$0.heap.isEmpty }) {
-            return queues.with(clock) { $0.removeSome(Self.shutdownSlice) } || !queues.isEmpty
+            return queues.with(clock) { $0.removeSome(Self.shutdownSlice, in: store) } || !queues.isEmpty
         }
         return false
     }

@@ -1,59 +1,196 @@
 import Glibc
 
-/// Where each timer waits: registering and queueing a timer, the one place a queue entry dies,
-/// and arming the driver for the earliest wake-up across the clocks' queues. Also the jitter
-/// each fire is drawn. All under `mutex`.
+/// Where each timer waits: adding a timer to the store and its clock's queue, the one place a
+/// queue entry dies, and arming the driver for the earliest wake-up across the clocks'
+/// queues. Also the jitter each fire is drawn. All under `mutex`.
 extension TimerScheduler {
-    /// Registers and queues a timer. `startSuspended` registers it suspended (a `ticks`
-    /// sequence resumes it when its consumer asks); `runsTasks` marks a `scheduleAsync` timer.
+    /// What few timers have besides a schedule, a policy and what they call: when none of it is
+    /// given, a timer needs no `TimerExtras`.
+    struct TimerOptions {
+        var name: String?
+        var tolerance: UInt64 = 0
+        var target: WeakReference?
+        var startSuspended = false
+        var runsTasks = false
+        var helper: AnyObject?
+    }
+
+    /// Checks and resolves a schedule (outside the lock: no shared state is read but the clock).
+    @inline(__always)
+    func resolve(_ schedule: TimerSchedule, name: String?, tolerance: Duration) throws(TimerError) -> TimerSchedule.Resolved {
+        if tolerance.isNegative { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
+        if let name { try TimerRegistry.validate(name: name) }
+        return try resolve(schedule)
+    }
+
+    /// Resolves a schedule for a new timer at the current reading of its clock (outside the
+    /// lock), refusing it once the backend shuts down.
+    @inline(__always)
+    func resolve(_ schedule: TimerSchedule) throws(TimerError) -> TimerSchedule.Resolved {
+        if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
+        return try resolveNow(schedule)
+    }
+
+    /// Resolves a schedule at the current reading of its clock (outside the lock). Checks
+    /// nothing of the backend's state: a reschedule checks under the lock (an ended timer's
+    /// error comes before the shutdown's).
+    @inline(__always)
+    func resolveNow(_ schedule: TimerSchedule) throws(TimerError) -> TimerSchedule.Resolved {
+        try schedule.resolve(ownNow: now(of: schedule.clock, monotonic: clock.now().nanoseconds))
+    }
+
+    /// Registers and queues a timer called through its handle. `startSuspended` registers it
+    /// suspended (a `ticks` sequence resumes it when its consumer asks); `runsTasks` marks a
+    /// `scheduleAsync` timer.
     func schedule(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
         target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
         helper: AnyObject? = nil, handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
-        if tolerance < .zero { throw .negativeDuration(parameter: "tolerance", value: tolerance) }
-        if let name { try TimerRegistry.validate(name: name) }
-        if shutDownFlag.load(ordering: .relaxed) { throw mutex.withLock { shutDownErrorLocked() } }
-        let resolved = try schedule.resolve(ownNow: now(of: schedule.clock, monotonic: clock.now().nanoseconds))
-        var extras: TimerExtras?
-        if tolerance > .zero || runsTasks || helper != nil || resolved.jitterNanoseconds > 0 || schedule.calendarRule != nil {
-            let more = TimerExtras()
-            more.calendarRule = schedule.calendarRule
-            more.jitter = resolved.jitterNanoseconds
-            more.tolerance = UInt64(tolerance.saturatingNanoseconds)
-            more.runsTasks = runsTasks
-            more.helper = helper
-            more.parksAfterLastCall = helper != nil
-            extras = more
+        let resolved = try resolve(schedule, name: name, tolerance: tolerance)
+        var options: TimerOptions?
+        if name != nil || !tolerance.isZero || target != nil || startSuspended || runsTasks || helper != nil {
+            options = TimerOptions(
+                name: name, tolerance: UInt64(tolerance.saturatingNanoseconds), target: target, startSuspended: startSuspended,
+                runsTasks: runsTasks, helper: helper)
         }
-        let timer = try registry.register(name: name, in: registryShard) { id in
-            TimerHandle(
-                id: id, name: name, scheduler: self, resolved: resolved, policy: policy,
-                extras: extras, target: target, handler: handler)
+        var handle: TimerHandle?
+        try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
+            let made = TimerHandle(scheduler: self, slot: slot, generation: generation, handler: handler)
+            handle = made
+            guard handlesAsKeyedTimers else { return (made, 0) }
+            let kind = try callbackKinds.kind(of: HandleCallback.self)
+            let extras = store[slot].pointee.extras ?? TimerExtras()
+            extras.handle = made
+            store[slot].pointee.extras = extras
+            return (HandleCallback(made), kind)
         }
+        // `add` returned: it made the handle.
+        guard let handle else { throw .backendShutDown(backend: backendName) }
+        return handle
+    }
+
+    /// For checks of the key path: when set, a timer scheduled with a handler is kept as a timer
+    /// scheduled with a key, whose callback calls the handler (its handle still answers for
+    /// it), so that a suite written against handles runs through what the key path runs: calls
+    /// through `TimerCallback`, `timerEnded`, the end of a timer whose owner is a callback.
+    /// Applies to timers scheduled after it is set.
+    @_spi(BackendImplementation) public var keepsHandlesAsKeyedTimers: Bool {
+        get { mutex.withLock { handlesAsKeyedTimers } }
+        set { mutex.withLock { handlesAsKeyedTimers = newValue } }
+    }
+
+    /// Registers and queues a timer that calls `callback`, and returns its key.
+    func schedule<Callback: TimerCallback>(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: Callback
+    ) throws(TimerError) -> TimerKey {
+        let resolved = try resolve(schedule, name: name, tolerance: tolerance)
+        var options: TimerOptions?
+        if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
+        var key = TimerKey(slot: 0, generation: 0, scheduler: 0)
+        try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
+            key = TimerKey(slot: slot, generation: generation, scheduler: serial)
+            return (callback, try callbackKinds.kind(of: Callback.self))
+        }
+        return key
+    }
+
+    /// Adds a timer to the store, registers its name, and queues it (or leaves it suspended).
+    /// `owner` makes what the timer calls, given its slot and generation, under the lock.
+    @inline(__always)
+    func add(
+        _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?, policy: MissedTickPolicy, options: TimerOptions?,
+        owner: (UInt32, UInt32) throws(TimerError) -> (AnyObject, UInt8)
+    ) throws(TimerError) {
+        var after = AfterUnlock()
+        mutex.lock()
+        let slot: UInt32
+        let made: AnyObject
+        let kind: UInt8
+        do throws(TimerError) {
+            slot = try addLocked(resolved, calendar: calendar, policy: policy, options: options, &after)
+            do throws(TimerError) { (made, kind) = try owner(slot, store[slot].pointee.generation) } catch {
+                endLocked(slot, .cancelled, because: .cancelled, into: &after)
+                throw error
+            }
+        } catch {
+            settleLocked(&after)
+            mutex.unlock()
+            after.run()
+            throw error
+        }
+        let record = store[slot]
+        record.pointee.owner = made
+        record.pointee.callbackKind = kind
+        var failure: TimerError?
         var watch = false
-        let refusal = locked { (after: inout AfterUnlock) -> TimerError? in
-            if isShutDown {
-                endLocked(timer, .cancelled, because: .cancelled, into: &after)
-                return shutDownErrorLocked()
+        if resolved.clock != .monotonic { watch = needsClockWatcherLocked(for: resolved.clock) }
+        if options?.startSuspended == true {
+            record.pointee.state = .suspended
+        } else {
+            do throws(TimerError) { try queueLocked(slot, &after) } catch {
+                endLocked(slot, .cancelled, because: .cancelled, into: &after)
+                failure = error
             }
-            // A registry-wide cancel may have ended it already.
-            guard timer.state == .scheduled else { return nil }
-            watch = needsClockWatcherLocked(for: timer.clock)
-            drawJitterLocked(timer)
-            if startSuspended {
-                timer.state = .suspended
-                return nil
-            }
-            do throws(TimerError) { try queueLocked(timer, &after) } catch {
-                endLocked(timer, .cancelled, because: .cancelled, into: &after)
-                return error
-            }
-            return nil
         }
+        settleLocked(&after)
+        mutex.unlock()
+        after.run()
         if watch { ClockWatcher.shared.watch(self) }
-        if let refusal { throw refusal }
-        return timer
+        if let failure { throw failure }
+    }
+
+    /// Takes a slot for a new timer, counts it, registers its name and fills its record; the
+    /// caller sets its owner and queues it.
+    private func addLocked(
+        _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?, policy: MissedTickPolicy, options: TimerOptions?,
+        _ after: inout AfterUnlock
+    ) throws(TimerError) -> UInt32 {
+        if isShutDown { throw shutDownErrorLocked() }
+        if store.live >= store.maxLive {
+            store.refusedByLimit += 1
+            throw .liveTimerLimit(scope: "\(backendName) backend", limit: store.maxLive)
+        }
+        try registry.admit()
+        guard let slot = store.allocate(lending: { registry.lendChunk(to: self) }) else {
+            registry.discharge()
+            throw .systemCall(call: "mmap", errno: ENOMEM)
+        }
+        let record = store[slot]
+        if let name = options?.name {
+            do throws(TimerError) { try registry.claim(name, scheduler: self, slot: slot, generation: record.pointee.generation) } catch {
+                store.free(slot)
+                registry.discharge()
+                throw error
+            }
+        }
+        store.live += 1
+        record.pointee.state = .scheduled
+        record.pointee.endCause = .live
+        record.pointee.fires = 0
+        record.pointee.deadline = resolved.firstDeadline
+        record.pointee.interval = resolved.intervalNanoseconds
+        record.pointee.clock = resolved.clock
+        record.pointee.policy = policy
+        if options != nil || calendar != nil || resolved.jitterNanoseconds > 0
+            || TimerRecord.needsExtras(forRemaining: resolved.remaining, interval: resolved.intervalNanoseconds, calendar: calendar != nil)
+        {
+            let extras = TimerExtras()
+            extras.calendarRule = calendar
+            extras.jitter = resolved.jitterNanoseconds
+            if let options {
+                extras.name = options.name
+                extras.tolerance = options.tolerance
+                extras.runsTasks = options.runsTasks
+                extras.helper = options.helper
+                extras.parksAfterLastCall = options.helper != nil
+                extras.target = options.target
+            }
+            record.pointee.extras = extras
+            drawJitterLocked(record)
+        }
+        record.pointee.setRemaining(resolved.remaining)
+        return slot
     }
 
     /// Puts a scheduled timer in deadline order in its clock's queue and arms the driver if it
@@ -62,49 +199,52 @@ extension TimerScheduler {
     /// entry where it is, to be re-filed when it reaches the top (an idle timeout moved on every
     /// read costs no sift). An earlier key gives it a new entry and the old one dies. If the
     /// driver refuses, the timer is left unqueued and the error is rethrown.
-    func queueLocked(_ timer: TimerHandle, previousKey: UInt64? = nil, _ after: inout AfterUnlock) throws(TimerError) {
-        let key = RepeatRule.latestFireTime(timer)
-        timer.clockSteps = clocks.steps(of: timer.clock)
+    func queueLocked(_ slot: UInt32, previousKey: UInt64? = nil, _ after: inout AfterUnlock) throws(TimerError) {
+        let record = store[slot]
+        let key = RepeatRule.latestFireTime(record.pointee)
+        let clock = record.pointee.clock
+        if clock != .monotonic { store.writableFireStats(slot).pointee.clockSteps = clocks.steps(of: clock) }
         nextSequence &+= 1
-        timer.orderSequence = nextSequence
-        if timer.entrySequence != 0 {
+        record.pointee.orderSequence = nextSequence
+        if record.pointee.entrySequence != 0 {
             if let previousKey, key >= previousKey { return }
-            killEntryLocked(timer)
+            killEntryLocked(slot)
         }
-        if timer.clock != .monotonic && queues.read(timer.clock, { $0.live == 0 }) {
+        if clock != .monotonic && queues.read(clock, { $0.live == 0 }) {
             // The offsets may be old: none was read while no timer waited on this clock.
             refreshOffsetsLocked()
         }
-        queues.with(timer.clock) { $0.insert(timer, key: key, sequence: nextSequence) }
-        timer.entrySequence = nextSequence
+        queues.with(clock) { $0.insert(slot, key: key, sequence: nextSequence) }
+        record.pointee.entrySequence = nextSequence
         // The earliest wake-up, not only this timer's: after a refused wake-up the driver may be
         // armed later than an entry already queued (then it wakes once more than needed).
-        let wanted = earliestWakeLocked(nil)
-        guard wanted < armedKey else { return }
+        let wanted = clock == .monotonic && queues.onlyMonotonic ? min(key, queues.monotonic.heap.topKey ?? key) : earliestWakeLocked(nil)
+        guard wanted < armedKey, wanted < Self.horizonNanoseconds else { return }
         do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
-            killEntryLocked(timer)
+            killEntryLocked(slot)
             throw error
         }
     }
 
-    /// The one place a queue entry dies: `timer` stops waiting in its clock's queue (cancelled,
-    /// ended, suspended, moved earlier or to another clock). The queue pays for the dead entry
-    /// there (`ClockQueue.entryDied`), so dead entries stay bounded on every path.
+    /// The one place a queue entry dies: the timer in `slot` stops waiting in its clock's queue
+    /// (cancelled, ended, suspended, moved earlier or to another clock). The queue pays for the
+    /// dead entry there (`ClockQueue.entryDied`), so dead entries stay bounded on every path.
     @inline(__always)
-    func killEntryLocked(_ timer: TimerHandle) {
-        let sequence = timer.entrySequence
+    func killEntryLocked(_ slot: UInt32) {
+        let record = store[slot]
+        let sequence = record.pointee.entrySequence
         guard sequence != 0 else { return }
-        timer.entrySequence = 0
-        queues.with(timer.clock) { $0.entryDied(sequence: sequence) }
+        record.pointee.entrySequence = 0
+        queues.with(record.pointee.clock) { $0.entryDied(sequence: sequence, in: store) }
     }
 
-    /// Called when `timer` stops being scheduled: its entry dies. The native wake-up stays
-    /// armed for the old earliest deadline: the loop wakes once, finds nothing due and re-arms,
-    /// which is cheaper than a re-arm per cancel when timers are cancelled in deadline order
-    /// (timeouts). Only empty queues disarm at once (if that fails the loop wakes once for
-    /// nothing); jobs waiting for the loop keep their wake-up.
-    func retireLocked(_ timer: TimerHandle, _ after: inout AfterUnlock) {
-        killEntryLocked(timer)
+    /// Called when the timer in `slot` stops being scheduled: its entry dies. The native
+    /// wake-up stays armed for the old earliest deadline: the loop wakes once, finds nothing due
+    /// and re-arms, which is cheaper than a re-arm per cancel when timers are cancelled in
+    /// deadline order (timeouts). Only empty queues disarm at once (if that fails the loop wakes
+    /// once for nothing); jobs waiting for the loop keep their wake-up.
+    func retireLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
+        killEntryLocked(slot)
         if queues.isEmpty, armedKey != .max, jobs.isEmpty {
             try? wakeLocked(at: .max, &after)
         }
@@ -140,15 +280,14 @@ extension TimerScheduler {
     /// `after`, so that if that strong reference is the backend's last, the backend goes after
     /// unlocking (its `deinit` shuts this scheduler down, which takes this lock).
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
-        if after.driver == nil { after.driver = driver }
-        guard after.driver != nil else { return }
-        try after.driver?.wake(at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
+        guard let driver = after.loadDriver({ driver }) else { return }
+        try driver.wake(at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
         armedKey = key
     }
 
-    /// Draws the jitter of `timer`'s next fire, if it has one.
-    func drawJitterLocked(_ timer: TimerHandle) {
-        guard let extras = timer.extras else { return }
+    /// Draws the jitter of the next fire of the timer `record` holds, if it has one.
+    func drawJitterLocked(_ record: UnsafeMutablePointer<TimerRecord>) {
+        guard let extras = record.pointee.extras else { return }
         guard extras.jitter > 0 else {
             extras.jitterOffset = 0
             return

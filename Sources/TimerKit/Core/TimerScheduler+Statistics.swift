@@ -68,8 +68,8 @@ extension TimerScheduler {
 
     /// The figures so far (see `TimerStatistics`).
     func statistics() -> TimerStatistics {
-        let live = registry.liveTimers(in: registryShard)
-        return mutex.withLock {
+        mutex.withLock {
+            let live = store.live
             let now = clock.now().nanoseconds
             let elapsed = now > stats.since ? now - stats.since : 0
             return TimerStatistics(
@@ -102,23 +102,28 @@ extension TimerScheduler {
     /// returned at `finished`; notes it for a slow-handler report when it ran past the
     /// threshold. A call under way when the figures were reset counts from the reset.
     @inline(__always)
-    func recordCallLocked(_ timer: TimerHandle, began: UInt64, due: UInt64, finished: UInt64) {
+    func recordCallLocked(_ slot: UInt32, began: UInt64, due: UInt64, finished: UInt64) {
         let late = began > due ? began - due : 0
         stats.recordLateness(late)
         stats.fires += 1
-        timer.lastLateness = late
-        if late > timer.maxLateness { timer.maxLateness = late }
+        let fireStats = store.writableFireStats(slot)
+        fireStats.pointee.lastLateness = late
+        if late > fireStats.pointee.maxLateness { fireStats.pointee.maxLateness = late }
         let start = max(began, stats.since)
         let ran = finished > start ? finished - start : 0
+        let record = store[slot]
         if stats.recordHandler(ran) {
-            stats.longestID = timer.id
-            stats.longestName = timer.customName
+            stats.longestID = store.id(of: slot, generation: record.pointee.generation)
+            stats.longestName = record.pointee.extras?.name
         }
         guard slowHandlerNanoseconds > 0 else { return }
-        slowCalls.called(timer.id)
+        let id = store.id(of: slot, generation: record.pointee.generation)
+        slowCalls.called(id)
         let whole = finished > began ? finished - began : 0
         if whole >= slowHandlerNanoseconds {
-            slowCalls.note(.handler(timer: timer.name), of: timer.id, ran: whole, finished: finished, sequence: nextSequence)
+            slowCalls.note(
+                .handler(timer: nameLocked(slot, generation: record.pointee.generation)), of: id, ran: whole, finished: finished,
+                sequence: nextSequence)
         }
     }
 
@@ -149,10 +154,10 @@ extension TimerScheduler {
             let bound = clocks.offsets.own(latest, on: clock)
             queues.read(clock) { queue in
                 queue.heap.forEachEntry(keyedAtOrBefore: bound) { entry in
-                    let live = entry.element._withUnsafeGuaranteedRef {
-                        $0.entrySequence == entry.sequence && $0.orderSequence == entry.sequence
+                    let record = store[entry.slot]
+                    if record.pointee.entrySequence == entry.sequence && record.pointee.orderSequence == entry.sequence {
+                        waiting.append((clocks.offsets.monotonic(entry.key, on: clock), entry.sequence))
                     }
-                    if live { waiting.append((clocks.offsets.monotonic(entry.key, on: clock), entry.sequence)) }
                 }
             }
         }

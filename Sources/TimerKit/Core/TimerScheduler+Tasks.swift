@@ -4,12 +4,12 @@ extension TimerScheduler {
     /// Called by a task timer's handler, during its call: a task of it is starting.
     func taskStarted(_ timer: TimerHandle, _ task: Task<Void, Never>) {
         locked { after in
-            if timer.state.hasEnded {
+            guard let record = liveOrBusyRecordLocked(timer), !record.pointee.state.hasEnded else {
                 after.owed.tasks.append(task)
-            } else if let extras = timer.extras, extras.tasksRunning > 0 {
-                // A task that has already returned is not kept (`taskReturned` ran first).
-                extras.runningTask = task
+                return
             }
+            // A task that has already returned is not kept (`taskReturned` ran first).
+            if let extras = record.pointee.extras, extras.tasksRunning > 0 { extras.runningTask = task }
         }
     }
 
@@ -18,22 +18,25 @@ extension TimerScheduler {
     func taskReturned(_ timer: TimerHandle) {
         var failure: TimerError?
         locked { after in
-            guard let extras = timer.extras else { return }
+            guard let record = liveOrBusyRecordLocked(timer), let extras = record.pointee.extras else { return }
             extras.tasksRunning -= 1
             extras.runningTask = nil
-            if isShutDown {
-                // Shutdown has ended it, or is about to.
-            } else if isLastCallOverLocked(timer) && !extras.rescheduledDuringTask {
-                endLocked(timer, .finished, because: .completed, into: &after)
-            } else if timer.state == .scheduled && timer.entrySequence == 0 {
-                if !extras.rescheduledDuringTask {
-                    // A full interval from now, on the timer's own clock.
-                    timer.deadline = now(of: timer.clock, monotonic: clock.now().nanoseconds).saturatingAdd(timer.interval)
-                }
-                do throws(TimerError) { try queueLocked(timer, &after) } catch { failure = error }
-            }
+            let rescheduled = extras.rescheduledDuringTask
             extras.rescheduledDuringTask = false
-            takeEndWaitersLocked(timer, into: &after)
+            if record.pointee.state.hasEnded {
+                freeIfIdleLocked(timer.slot, &after)
+            } else if isShutDown {
+                // Shutdown is about to end it.
+            } else if isLastCallOverLocked(record) && !rescheduled {
+                endLocked(timer.slot, .finished, because: .completed, into: &after)
+            } else if record.pointee.state == .scheduled && record.pointee.entrySequence == 0 {
+                if !rescheduled {
+                    // A full interval from now, on the timer's own clock.
+                    record.pointee.deadline =
+                        now(of: record.pointee.clock, monotonic: clock.now().nanoseconds).saturatingAdd(record.pointee.interval)
+                }
+                do throws(TimerError) { try queueLocked(timer.slot, &after) } catch { failure = error }
+            }
         }
         if let failure { shutDown(failure: failure) }
     }

@@ -44,8 +44,8 @@ import Synchronization
     public let taskExecutor: (any TaskExecutor)?
 
     let mutex = PThreadMutex()
-    /// The registry slots this scheduler's timers occupy (guarded by the registry's lock).
-    let registryShard: RegistryShard
+    /// Tells this scheduler's keys from another's (`TimerKey`): never reused in a process.
+    let serial: UInt32
     /// Broadcast when a handler call, a `fireDueTimers` call or a shutdown ends, to
     /// `cancelAndWait` and `shutdown` callers waiting for one.
     let firingDone = PThreadCondition()
@@ -53,6 +53,10 @@ import Synchronization
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).
     @exclusivity(unchecked) var queues = ClockQueues()
+    /// The timers: records in slots (`TimerStore`), which the queues' entries name.
+    @exclusivity(unchecked) var store = TimerStore()
+    /// The types of the callbacks of timers scheduled with a key, by the kind in their records.
+    let callbackKinds = CallbackKinds()
     /// Held weakly (the backend owns the scheduler, and is often the driver). Loaded only into
     /// an `AfterUnlock`, so that the strong reference a load makes is never dropped under the
     /// lock: if the owner let the backend go meanwhile, its `deinit`, which shuts this
@@ -67,6 +71,8 @@ import Synchronization
     /// test seeds it (`seedJitter`).
     @exclusivity(unchecked) var jitterState = UInt64.random(in: .min ... .max)
     @exclusivity(unchecked) var isShutDown = false
+    /// See `keepsHandlesAsKeyedTimers`.
+    @exclusivity(unchecked) var handlesAsKeyedTimers = false
     /// The shutdown has ended every timer (a second `shutdown()` waits for that).
     @exclusivity(unchecked) var hasEndedAllTimers = false
     @exclusivity(unchecked) var loopFailure: TimerError?
@@ -112,7 +118,7 @@ import Synchronization
     /// global executor).
     public init(backendName: String, registry: TimerRegistry, clock: SchedulerClock = .monotonic, taskExecutor: (any TaskExecutor)? = nil) {
         self.backendName = backendName
-        self.registryShard = RegistryShard(backendName: backendName)
+        self.serial = Self.serials.add(1, ordering: .relaxed).newValue
         self.registry = registry
         self.clock = clock
         self.taskExecutor = taskExecutor
@@ -120,8 +126,13 @@ import Synchronization
         self.clocks = ClockState(clock)
     }
 
+    /// The last serial number given out.
+    private static let serials = Atomic<UInt32>(0)
+
     deinit {
-        registry.retire(registryShard)
+        // Every timer has ended (a live one holds its handle, which holds this scheduler, or
+        // the backend shut it down): its slots are free, and its chunks go back.
+        registry.retire(returning: store.takeChunks())
         stats.free()
     }
 
@@ -136,6 +147,9 @@ import Synchronization
     /// The scheduler's current time.
     @inline(__always)
     public func now() -> MonotonicInstant { clock.now() }
+
+    /// Live timers (scheduled or suspended) of this scheduler.
+    var liveTimers: Int { mutex.withLock { store.live } }
 
     /// Live timers waiting in the queues (not suspended ones).
     package var pendingCount: Int { mutex.withLock { queues.live } }
@@ -163,7 +177,7 @@ import Synchronization
     /// Traps if a queue's order or its counts are wrong. Tests; debug builds check after
     /// every operation too (`checkInvariantsLocked`).
     package func checkQueueInvariants() {
-        mutex.withLock { queues.checkInvariants() }
+        mutex.withLock { queues.checkInvariants(in: store) }
     }
 
     /// The store's invariants, after each operation in a debug build (as SwiftNIO's
@@ -172,7 +186,7 @@ import Synchronization
     @inline(__always)
     func checkInvariantsLocked() {
         #if DEBUG
-            queues.checkInvariants()
+            queues.checkInvariants(in: store)
         #endif
     }
 
@@ -196,6 +210,15 @@ import Synchronization
 
     func shutDownErrorLocked() -> TimerError {
         loopFailure.map { .loopFailed(backend: backendName, cause: $0) } ?? .backendShutDown(backend: backendName)
+    }
+
+    /// Closes a critical section begun with `mutex.lock()`: settles it, unlocks, and runs what it
+    /// owes.
+    @inline(__always)
+    func unlock(running after: consuming AfterUnlock) {
+        settleLocked(&after)
+        mutex.unlock()
+        after.run()
     }
 
     /// Runs `body` under the lock with a carrier, settles the section (`settleLocked`: ended

@@ -6,76 +6,60 @@ import Synchronization
 /// them up, cancel, suspend or resume them by name or all at once, take snapshots, and add
 /// observers that run around every handler call. Thread-safe; lookups are O(1).
 ///
-/// It is a name index and nothing more: it holds no lock while timer code runs, and it
-/// never scans timers on a lookup. A target-action timer whose target has been released
-/// ends at its next due time (the proxy checks at fire time), when it is looked up by name,
-/// in an O(n) listing (`snapshot()`, `names`), or at `cancelTimersOfReleasedTargets()`.
+/// It is a name index and nothing more: the timers live in their backends' stores, in slots
+/// whose numbers it hands out (so that an id, a slot and its generation, is never handed out
+/// twice here), and it keeps only the names callers gave. It holds no lock while timer code
+/// runs, and never scans timers on a lookup. A target-action timer whose target has been
+/// released ends at its next due time (the proxy checks at fire time), when it is looked up by
+/// name, in an O(n) listing (`snapshot()`, `names`), or at `cancelTimersOfReleasedTargets()`.
 ///
 /// `TimerRegistry.shared` is the process-wide default; tests and libraries that want
 /// isolation create their own and pass it to their backends.
 public final class TimerRegistry: @unchecked Sendable {
-    // @unchecked: all mutable state is guarded by `mutex`; `observerCount` is atomic.
+    // @unchecked: all mutable state is guarded by `mutex`, but the atomics.
 
     /// The process-wide registry that backends use unless given another.
     public static let shared = TimerRegistry()
 
-    /// One place a timer can be registered. Slots are reused, and each reuse bumps the
-    /// generation, so an id (slot + generation) is never handed out twice.
-    private struct Slot {
-        var generation: UInt32 = 0
-        /// While the slot is free: the next free slot of the same shard (`noSlot`: none).
-        var nextFree: UInt32 = noSlot
-        var timer: TimerHandle?
+    /// Where a name leads: a scheduler's slot and its generation. The scheduler is held while
+    /// its timer holds the name (not weakly: see `RecordChunk.owner`).
+    private struct Entry {
+        let scheduler: TimerScheduler
+        let slot: UInt32
+        let generation: UInt32
     }
-
-    static let noSlot = UInt32.max
-
-    /// Slots are handed to schedulers in chunks of this many: every slot of a chunk belongs
-    /// to one scheduler's `RegistryShard`, so that a scheduler lists its own timers (at
-    /// shutdown) by reading its own chunks, never the other backends' timers.
-    static let chunkSize = 256
 
     private let mutex = PThreadMutex()
     // Only touched while holding `mutex`, so the runtime exclusivity check is redundant.
-    /// The slot table, in chunks of `chunkSize` slots that never move: growing adds a chunk
-    /// (and now and then copies this small list of their addresses), so no registration copies
-    /// the table under the lock (a million slots are 16 MB).
-    @exclusivity(unchecked) private var slotChunks: [UnsafeMutablePointer<Slot>] = []
-    /// Chunks no scheduler holds (their schedulers shut down with every timer gone).
+    /// Every chunk of slots, by number; each lent to one scheduler at a time.
+    @exclusivity(unchecked) private var chunks: [RecordChunk] = []
+    /// Chunks no scheduler holds (their schedulers retired).
     @exclusivity(unchecked) private var freeChunks: [UInt32] = []
-    @exclusivity(unchecked) private var liveCount = 0
-    @exclusivity(unchecked) private var maxLive = Int.max
-    /// Schedules refused by `maxLive`.
-    @exclusivity(unchecked) private var refusedByLimit = 0
-    /// Ended timers whose slots are not yet cleared. Clearing a slot is a cache miss when
-    /// there are many timers; done in batches the misses overlap. Every read flushes first,
-    /// so no lookup ever sees an ended timer.
-    @exclusivity(unchecked) private var pendingRemovals: [TimerHandle] = []
-    private static let removalBatch = 256
-    /// An empty buffer with room for a batch, kept for the next one (`releaseFlushed`).
-    @exclusivity(unchecked) private var spareRemovals: [TimerHandle] = []
-    @exclusivity(unchecked) private var idByName: [String: UInt64] = [:]
-    /// The most slots one turn of the lock has listed or cleared, for tests of the bound on it.
-    @exclusivity(unchecked) private var mostSlotsInOneTurn = 0
+    @exclusivity(unchecked) private var idByName: [String: Entry] = [:]
     @exclusivity(unchecked) private var observers: [(token: UInt64, observer: TimerObserver)] = []
     @exclusivity(unchecked) private var nextObserverToken: UInt64 = 1
     private let observerCount = Atomic<Int>(0)
+    /// Live timers of every backend here, and the cap on them and how often it refused.
+    private let liveCount = Atomic<Int>(0)
+    private let maxLive = Atomic<Int>(.max)
+    private let refusedByLimit = Atomic<Int>(0)
+
+    /// Turns of the lock so far, for tests that check what takes it.
+    private let turns = Atomic<Int>(0)
 
     /// Creates an empty registry.
     public init() {}
 
-    deinit {
-        for chunk in slotChunks {
-            chunk.deinitialize(count: Self.chunkSize)
-            chunk.deallocate()
-        }
-    }
+    /// Turns of the registry's lock so far (tests: per-timer work never takes it).
+    package var lockTurns: Int { turns.load(ordering: .relaxed) }
 
-    private var slotCount: Int { slotChunks.count * Self.chunkSize }
+    /// Chunks of slots in the table (tests).
+    package var chunkCount: Int { withLock { chunks.count } }
 
-    @inline(__always)
-    private func slot(_ index: Int) -> UnsafeMutablePointer<Slot> {
-        slotChunks[index / Self.chunkSize] + index % Self.chunkSize
+    /// Runs `body` under the lock, counting the turn.
+    private func withLock<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        turns.add(1, ordering: .relaxed)
+        return try mutex.withLock(body)
     }
 
     static let generatedPrefix = "timer#"
@@ -105,66 +89,96 @@ public final class TimerRegistry: @unchecked Sendable {
         if name.hasPrefix(generatedPrefix) { throw .reservedName(name) }
     }
 
-    /// Registers the timer `make` builds for a fresh id in one of `shard`'s slots; refuses a
-    /// duplicate `name`.
-    func register(name: String?, in shard: RegistryShard, make: (UInt64) -> TimerHandle) throws(TimerError) -> TimerHandle {
-        var flushed: [TimerHandle] = []
-        defer { releaseFlushed(flushed) }
-        return try mutex.withLock { () throws(TimerError) in
-            if let name, idByName[name] != nil {
-                flushed = flushLocked()  // the holder of the name may have just ended
-                if idByName[name] != nil { throw .duplicateName(name) }
+    // MARK: What schedulers call (under their lock: this lock nests inside a scheduler's, and
+    // no scheduler's is ever taken under it)
+
+    /// Counts a new timer against the registry-wide cap.
+    /// - Throws: `TimerError.liveTimerLimit` once the cap is reached.
+    func admit() throws(TimerError) {
+        let limit = maxLive.load(ordering: .relaxed)
+        var current = liveCount.load(ordering: .relaxed)
+        while true {
+            if current >= limit {
+                refusedByLimit.add(1, ordering: .relaxed)
+                throw .liveTimerLimit(scope: "registry", limit: limit)
             }
-            if liveCount >= maxLive {
-                refusedByLimit += 1
-                throw .liveTimerLimit(scope: "registry", limit: maxLive)
-            }
-            if shard.live >= shard.maxLive {
-                shard.refusedByLimit += 1
-                throw .liveTimerLimit(scope: "\(shard.backendName) backend", limit: shard.maxLive)
-            }
-            while shard.freeHead == Self.noSlot { giveChunkLocked(to: shard) }
-            let index = shard.freeHead
-            let free = slot(Int(index))
-            shard.freeHead = free.pointee.nextFree
-            let id = UInt64(free.pointee.generation) << 32 | UInt64(index)
-            let timer = make(id)
-            free.pointee.timer = timer
-            shard.occupied += 1
-            shard.live += 1
-            liveCount += 1
-            if let name { idByName[name] = id }
-            return timer
+            let (exchanged, original) = liveCount.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return }
+            current = original
         }
     }
 
-    /// Gives `shard` a chunk of slots: a free one, or a new one at the end of the table.
-    /// (Slot numbers are 32 bits in an id: 2^32 slots would take 64 GiB of table and their
-    /// timers hundreds more, so memory runs out long before the numbers do.)
-    private func giveChunkLocked(to shard: RegistryShard) {
-        let chunk: UInt32
-        if let free = freeChunks.popLast() {
-            chunk = free
-        } else {
-            chunk = UInt32(slotChunks.count)
-            let slots = UnsafeMutablePointer<Slot>.allocate(capacity: Self.chunkSize)
-            slots.initialize(repeating: Slot(), count: Self.chunkSize)
-            slotChunks.append(slots)
-        }
-        shard.chunks.append(chunk)
-        let first = Int(chunk) * Self.chunkSize
-        // Linked from the last, so that they are handed out in ascending order; a slot whose
-        // generation has run out stays unused, so no id ever comes back.
-        for index in (first..<first + Self.chunkSize).reversed() where slot(index).pointee.generation < UInt32.max {
-            slot(index).pointee.nextFree = shard.freeHead
-            shard.freeHead = UInt32(index)
+    /// A timer has ended.
+    @inline(__always)
+    func discharge() { liveCount.subtract(1, ordering: .relaxed) }
+
+    /// Registers `name` for the timer in `scheduler`'s `slot`.
+    /// - Throws: `TimerError.duplicateName` if a live timer holds it.
+    func claim(_ name: String, scheduler: TimerScheduler, slot: UInt32, generation: UInt32) throws(TimerError) {
+        try withLock { () throws(TimerError) in
+            if idByName[name] != nil { throw .duplicateName(name) }
+            idByName[name] = Entry(scheduler: scheduler, slot: slot, generation: generation)
         }
     }
+
+    /// Lets `name` go, if the timer in `scheduler`'s `slot` holds it. The entry is released
+    /// after unlocking (it holds the scheduler).
+    func release(_ name: String, scheduler: TimerScheduler, slot: UInt32) {
+        let released: Entry? = withLock {
+            guard let holder = idByName[name], holder.slot == slot, holder.scheduler === scheduler else { return nil }
+            return idByName.removeValue(forKey: name)
+        }
+        withExtendedLifetime(released) {}
+    }
+
+    /// A chunk of slots for `scheduler`: a free one, or a new one; nil when none can be mapped.
+    func lendChunk(to scheduler: TimerScheduler) -> RecordChunk? {
+        withLock {
+            let chunk: RecordChunk
+            if let free = freeChunks.popLast() {
+                chunk = chunks[Int(free)]
+            } else {
+                guard let made = RecordChunk(number: UInt32(chunks.count)) else { return nil }
+                chunk = made
+                chunks.append(chunk)
+            }
+            chunk.owner = scheduler
+            return chunk
+        }
+    }
+
+    /// Forgets `scheduler` for lookups and listings: it has shut down, its timers have ended.
+    /// Its references are released after unlocking.
+    func unregister(_ scheduler: TimerScheduler, chunks: [RecordChunk]) {
+        var released: [TimerScheduler] = []
+        withLock {
+            for chunk in chunks {
+                if let owner = chunk.owner {
+                    released.append(owner)
+                    chunk.owner = nil
+                }
+            }
+        }
+        withExtendedLifetime(released) {}
+    }
+
+    /// Takes back the chunks of a scheduler that is going away, every slot free, generations
+    /// kept.
+    func retire(returning chunks: [RecordChunk]) {
+        withLock {
+            for chunk in chunks {
+                chunk.owner = nil
+                freeChunks.append(chunk.number)
+            }
+        }
+    }
+
+    // MARK: Caps
 
     /// The most live timers this registry holds, across its backends; nil: no limit. See
     /// `limitLiveTimers(to:)`.
     public var maxLiveTimers: Int? {
-        let limit = withCurrent { maxLive }
+        let limit = maxLive.load(ordering: .relaxed)
         return limit == .max ? nil : limit
     }
 
@@ -176,235 +190,47 @@ public final class TimerRegistry: @unchecked Sendable {
     /// - Throws: `TimerError.invalidOption` for a negative `limit`.
     public func limitLiveTimers(to limit: Int?) throws(TimerError) {
         if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
-        withCurrent { maxLive = limit ?? .max }
-    }
-
-    func limitLiveTimers(to limit: Int?, in shard: RegistryShard) throws(TimerError) {
-        if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
-        withCurrent { shard.maxLive = limit ?? .max }
+        maxLive.store(limit ?? .max, ordering: .relaxed)
     }
 
     /// How many schedules `limitLiveTimers(to:)`'s cap has refused (each a `liveTimerLimit` error).
-    public var refusedByLiveTimerLimit: Int { withCurrent { refusedByLimit } }
+    public var refusedByLiveTimerLimit: Int { refusedByLimit.load(ordering: .relaxed) }
 
-    func refusedByLiveTimerLimit(in shard: RegistryShard) -> Int { withCurrent { shard.refusedByLimit } }
+    // MARK: Lookups
 
-    /// Live timers in `shard`'s slots: its scheduler's.
-    func liveTimers(in shard: RegistryShard) -> Int { withCurrent { shard.live } }
-
-    func maxLiveTimers(in shard: RegistryShard) -> Int? {
-        let limit = withCurrent { shard.maxLive }
-        return limit == .max ? nil : limit
-    }
-
-    /// Called when the scheduler that owns `shard` shuts down or goes away: once its last
-    /// timer has left, its chunks go back to the registry for other schedulers.
-    func retire(_ shard: RegistryShard) {
-        let flushed: [TimerHandle] = mutex.withLock {
-            let flushed = flushLocked()
-            shard.isRetired = true
-            releaseChunksIfEmptyLocked(shard)
-            return flushed
-        }
-        releaseFlushed(flushed)
-    }
-
-    private func releaseChunksIfEmptyLocked(_ shard: RegistryShard) {
-        guard shard.isRetired, shard.occupied == 0, !shard.chunks.isEmpty else { return }
-        freeChunks.append(contentsOf: shard.chunks)
-        shard.chunks = []
-        shard.freeHead = Self.noSlot
-    }
-
-    /// Takes an ended timer out. Called once per timer, by its scheduler, with the scheduler's
-    /// lock held (this lock nests inside a scheduler's, never the other way round). Returns a
-    /// flushed batch of ended timers, for the caller to release after both locks (the last
-    /// reference to another scheduler's timer can end that scheduler, whose `deinit` takes this
-    /// lock), and then to hand back with `recycle`.
-    ///
-    /// A pending removal holds its timer, which holds its scheduler, which holds this
-    /// registry: for a scheduler that has shut down, nothing may wait in the batch, or the
-    /// cycle outlives everyone's references. Its timers are flushed at once.
-    func remove(_ timer: TimerHandle) -> [TimerHandle] {
-        mutex.withLock {
-            pendingRemovals.append(timer)
-            liveCount -= 1
-            timer.scheduler.registryShard.live -= 1
-            let flushNow = pendingRemovals.count >= Self.removalBatch || timer.scheduler.hasBegunShutdown
-            return flushNow ? flushLocked() : []
-        }
-    }
-
-    /// Takes ended timers out in one turn of the lock (a slice of a scheduler's shutdown), as
-    /// `remove(_:)` does one.
-    func remove(_ timers: [TimerHandle]) -> [TimerHandle] {
-        guard let first = timers.first else { return [] }
-        return mutex.withLock {
-            pendingRemovals.append(contentsOf: timers)
-            liveCount -= timers.count
-            first.scheduler.registryShard.live -= timers.count
-            return flushLocked()
-        }
-    }
-
-    /// Takes back the storage of a batch `remove` returned, emptied, for a later batch.
-    func recycle(_ batch: inout [TimerHandle]) {
-        var emptied: [TimerHandle] = []
-        swap(&emptied, &batch)
-        releaseFlushed(emptied)
-    }
-
-    /// Clears the slots of pending removals. Returns the batch, whose references the caller
-    /// releases after unlocking (a timer's deinit may run user code).
-    private func flushLocked() -> [TimerHandle] {
-        guard !pendingRemovals.isEmpty else { return [] }
-        mostSlotsInOneTurn = max(mostSlotsInOneTurn, pendingRemovals.count)
-        // A read-only pass first: its loads are independent, so the CPU overlaps their cache
-        // misses. The clearing pass below releases references (atomic, serialising), and
-        // would otherwise wait out one full miss per slot.
-        var touched: UInt64 = 0
-        for timer in pendingRemovals {
-            let index = Int(timer.id & 0xFFFF_FFFF)
-            if index < slotCount { touched &+= UInt64(slot(index).pointee.generation) }
-        }
-        guard touched != .max else { return [] }  // keeps the pass from being optimised away
-        for timer in pendingRemovals {
-            let index = Int(timer.id & 0xFFFF_FFFF)
-            // The batch still holds the timer, so clearing the slot never frees it here.
-            guard index < slotCount else { continue }
-            let slot = slot(index)
-            guard slot.pointee.timer === timer else { continue }
-            slot.pointee.timer = nil
-            let shard = timer.scheduler.registryShard
-            shard.occupied -= 1
-            // A slot whose generation would wrap is retired, so no id ever comes back.
-            if slot.pointee.generation < UInt32.max {
-                slot.pointee.generation += 1
-                if !shard.isRetired {
-                    slot.pointee.nextFree = shard.freeHead
-                    shard.freeHead = UInt32(index)
-                }
+    /// The schedulers that hold chunks here, for listings.
+    private var schedulers: [TimerScheduler] {
+        var seen = Set<ObjectIdentifier>()
+        var found: [TimerScheduler] = []
+        withLock {
+            for chunk in chunks {
+                if let owner = chunk.owner, seen.insert(ObjectIdentifier(owner)).inserted { found.append(owner) }
             }
-            if let name = timer.customName { idByName[name] = nil }
-            releaseChunksIfEmptyLocked(shard)
         }
-        // The batch leaves with its storage; an empty buffer kept from an earlier batch takes
-        // its place, so that removals allocate nothing in steady state.
-        var batch: [TimerHandle] = []
-        swap(&batch, &pendingRemovals)
-        swap(&pendingRemovals, &spareRemovals)
-        return batch
+        return found
     }
 
-    /// Releases a flushed batch, outside the lock (a timer's deinit may run user code), and
-    /// keeps its emptied storage for a later batch.
-    private func releaseFlushed(_ batch: consuming [TimerHandle]) {
-        guard batch.capacity > 0 else { return }
-        batch.removeAll(keepingCapacity: true)
-        mutex.lock()
-        if spareRemovals.capacity < batch.capacity { swap(&spareRemovals, &batch) }
-        mutex.unlock()
-    }
-
-    /// The most slots one turn of the lock has listed or cleared so far (for tests: a backend's
-    /// shutdown or a listing never holds the lock for all of a big table).
-    package var slotsHandledInOneTurnAtMost: Int { mutex.withLock { mostSlotsInOneTurn } }
-
-    /// Slots in the table, free ones included (for tests).
-    package var slotTableCount: Int { mutex.withLock { slotCount } }
-
-    /// Where the slot of the timer with `id` is stored, for tests that check slots never move.
-    package func slotAddress(ofTimer id: UInt64) -> UnsafeRawPointer? {
-        let index = Int(id & 0xFFFF_FFFF)
-        return mutex.withLock { index < slotCount ? UnsafeRawPointer(slot(index)) : nil }
-    }
-
-    /// Clears the slots of every ended timer now instead of at the next batch.
-    func applyPendingRemovals() {
-        withCurrent {}
-    }
-
-    /// Runs `body` under the lock after applying pending removals.
-    private func withCurrent<R>(_ body: () -> R) -> R {
-        var flushed: [TimerHandle] = []
-        defer { releaseFlushed(flushed) }
-        return mutex.withLock {
-            flushed = flushLocked()
-            return body()
-        }
-    }
-
-    private func timer(id: UInt64) -> TimerHandle? {
-        let index = Int(id & 0xFFFF_FFFF)
-        guard index < slotCount, slot(index).pointee.generation == UInt32(id >> 32) else { return nil }
-        return slot(index).pointee.timer
-    }
-
-    /// Chunks of slots one turn of the lock lists (4,096 slots): listing a million timers never
-    /// holds the lock, which every backend shares, for more than a slice.
-    static let chunksPerSlice = 16
-
-    /// The timers in the slots of `chunks`, from `cursor` on, for up to `count` chunks; advances
-    /// `cursor`.
-    private func timersLocked(inChunks chunks: (Int) -> Int?, from cursor: inout Int, count: Int) -> (timers: [TimerHandle], hasMore: Bool)
-    {
-        var timers: [TimerHandle] = []
-        let end = cursor + count
-        mostSlotsInOneTurn = max(mostSlotsInOneTurn, count * Self.chunkSize)
-        while cursor < end, let chunk = chunks(cursor) {
-            let first = chunk * Self.chunkSize
-            for index in first..<first + Self.chunkSize {
-                if let timer = slot(index).pointee.timer { timers.append(timer) }
-            }
-            cursor += 1
-        }
-        return (timers, chunks(cursor) != nil)
-    }
-
-    /// Calls `body` with every live timer, a slice at a time: each slice is listed under the
-    /// lock, and `body` runs outside it. Timers registered meanwhile may or may not be listed.
-    private func forEachSlice(_ body: ([TimerHandle]) -> Void) {
-        var cursor = 0
-        var more = true
-        while more {
-            let slice = withCurrent {
-                timersLocked(inChunks: { $0 < slotChunks.count ? $0 : nil }, from: &cursor, count: Self.chunksPerSlice)
-            }
-            more = slice.hasMore
-            body(slice.timers)
-        }
-    }
-
-    /// The timers registered in `shard`'s slots (one scheduler's, found without reading any
-    /// other scheduler's), from `cursor` on, `chunks` chunks of slots at a time.
-    func timers(in shard: RegistryShard, from cursor: inout Int, chunks: Int) -> (timers: [TimerHandle], hasMore: Bool) {
-        withCurrent {
-            timersLocked(inChunks: { $0 < shard.chunks.count ? Int(shard.chunks[$0]) : nil }, from: &cursor, count: chunks)
-        }
-    }
-
+    /// The handle of the live timer `name` names, by the caller's name or a generated one.
     private func lookup(_ name: String) -> TimerHandle? {
-        withCurrent {
-            if let id = Self.generatedID(name) { return timer(id: id) }
-            return idByName[name].flatMap { timer(id: $0) }
-        }
-    }
-
-    /// Calls `body` with each live timer, after ending those whose target has been released.
-    /// The targets are checked outside the lock (see `WeakReference`).
-    private func forEachLiveTimerEndingOrphans(_ body: (TimerHandle) -> Void) {
-        forEachSlice { slice in
-            for timer in slice {
-                if timer.hasReleasedTarget { timer.cancel(because: .targetReleased) } else { body(timer) }
+        let found: (scheduler: TimerScheduler, slot: UInt32, generation: UInt32)? = withLock {
+            if let id = Self.generatedID(name) {
+                let number = Int((id & 0xFFFF_FFFF) >> UInt64(RecordChunk.shift))
+                guard number < chunks.count, let owner = chunks[number].owner else { return nil }
+                let slot = UInt32(chunks[number].ownerIndex << RecordChunk.shift | Int(id & UInt64(RecordChunk.mask)))
+                return (owner, slot, UInt32(id >> 32))
             }
+            guard let entry = idByName[name] else { return nil }
+            return (entry.scheduler, entry.slot, entry.generation)
         }
+        guard let found else { return nil }
+        return found.scheduler.front(slot: found.slot, generation: found.generation)
     }
 
     /// The live timer registered as `name`, or nil. A target-action timer whose target has
     /// been released is ended here and not returned.
     public func timer(named name: String) -> TimerHandle? {
         guard let timer = lookup(name) else { return nil }
-        if timer.hasReleasedTarget {
+        if timer.scheduler.hasReleasedTarget(timer) {
             timer.cancel(because: .targetReleased)
             return nil
         }
@@ -414,22 +240,27 @@ public final class TimerRegistry: @unchecked Sendable {
     /// The number of registered (scheduled or suspended) timers. O(1): it counts a
     /// target-action timer whose target was just released until that timer comes due or a
     /// listing or `cancelTimersOfReleasedTargets()` ends it.
-    public var count: Int { withCurrent { liveCount } }
+    public var count: Int { liveCount.load(ordering: .relaxed) }
 
     /// The names of all live timers, sorted.
     public var names: [String] { snapshot().map(\.name) }
 
     /// A snapshot of every live timer, sorted by name. Timers that end while it is taken are
-    /// left out, never listed as ended.
+    /// left out, never listed as ended. Each backend is read a chunk of slots at a time, under
+    /// its own lock only.
     public func snapshot() -> [TimerSnapshot] {
         var snapshots: [TimerSnapshot] = []
-        forEachLiveTimerEndingOrphans { timer in timer.liveSnapshot.map { snapshots.append($0) } }
+        for scheduler in schedulers {
+            scheduler.endTimersOfReleasedTargets()
+            scheduler.forEachSnapshotSlice { snapshots.append(contentsOf: $0) }
+        }
         return snapshots.sorted { $0.name < $1.name }
     }
 
     /// A snapshot of the timer registered as `name`.
     public func snapshot(named name: String) throws(TimerError) -> TimerSnapshot {
-        guard let snapshot = try existing(name).liveSnapshot else { throw .noSuchTimer(name) }
+        let timer = try existing(name)
+        guard let snapshot = timer.scheduler.liveSnapshot(of: timer) else { throw .noSuchTimer(name) }
         return snapshot
     }
 
@@ -437,14 +268,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// it ended. (They also end by themselves when they next come due.)
     @discardableResult
     public func cancelTimersOfReleasedTargets() -> Int {
-        var ended = 0
-        forEachSlice { slice in
-            for timer in slice where timer.hasReleasedTarget && timer.isActive {
-                timer.cancel(because: .targetReleased)
-                ended += 1
-            }
-        }
-        return ended
+        schedulers.reduce(0) { $0 + $1.endTimersOfReleasedTargets() }
     }
 
     private func existing(_ name: String) throws(TimerError) -> TimerHandle {
@@ -463,24 +287,32 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Cancels every timer in this registry, on every backend.
     public func cancelAll() {
-        forEachSlice { slice in for timer in slice { timer.cancel(because: .cancelledByCancelAll) } }
+        for scheduler in schedulers { scheduler.endAll(because: .cancelledByCancelAll) }
     }
 
     /// Suspends every live timer. Timers that end meanwhile are skipped.
     public func suspendAll() {
-        forEachLiveTimerEndingOrphans { try? $0.suspend() }
+        for scheduler in schedulers {
+            scheduler.endTimersOfReleasedTargets()
+            scheduler.setAll(suspended: true)
+        }
     }
 
     /// Resumes every suspended timer. Timers that end meanwhile are skipped.
     public func resumeAll() {
-        forEachLiveTimerEndingOrphans { try? $0.resume() }
+        for scheduler in schedulers {
+            scheduler.endTimersOfReleasedTargets()
+            scheduler.setAll(suspended: false)
+        }
     }
+
+    // MARK: Observers
 
     /// Adds hooks that run around every handler call of every timer in this registry.
     /// Returns a token for `removeObserver(_:)`.
     @discardableResult
     public func addObserver(_ observer: TimerObserver) -> UInt64 {
-        mutex.withLock {
+        withLock {
             let token = nextObserverToken
             nextObserverToken += 1
             observers.append((token, observer))
@@ -493,7 +325,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// already under way may still run its hooks.
     public func removeObserver(_ token: UInt64) {
         // The removed hooks are released after unlocking: their captures' deinits are user code.
-        let removed: [TimerObserver] = mutex.withLock {
+        let removed: [TimerObserver] = withLock {
             let removed = observers.filter { $0.token == token }.map(\.observer)
             observers.removeAll { $0.token == token }
             observerCount.store(observers.count, ordering: .releasing)
@@ -502,33 +334,12 @@ public final class TimerRegistry: @unchecked Sendable {
         withExtendedLifetime(removed) {}
     }
 
+    /// Whether any observer is registered (no lock).
+    var hasObservers: Bool { observerCount.load(ordering: .acquiring) > 0 }
+
     /// The observers to run around a handler call; no lock when there are none.
     func currentObservers() -> [TimerObserver] {
-        guard observerCount.load(ordering: .acquiring) > 0 else { return [] }
-        return mutex.withLock { observers.map(\.observer) }
+        guard hasObservers else { return [] }
+        return withLock { observers.map(\.observer) }
     }
-}
-
-/// One scheduler's part of a registry: the chunks of slots its timers are registered in. Its
-/// fields belong to the registry and are read and written only under the registry's lock.
-final class RegistryShard: @unchecked Sendable {
-    // @unchecked: `backendName` is immutable; every other stored property is read and written
-    // only while holding the lock of the registry the owning scheduler registers in (one
-    // registry per scheduler).
-    let backendName: String
-    /// Timers of the scheduler that have not ended (`occupied` less those waiting for removal).
-    @exclusivity(unchecked) var live = 0
-    /// The scheduler's cap on `live` (`Int.max`: none), and the schedules it refused.
-    @exclusivity(unchecked) var maxLive = Int.max
-    @exclusivity(unchecked) var refusedByLimit = 0
-    @exclusivity(unchecked) var chunks: [UInt32] = []
-    /// The first of its free slots, each linked to the next (`TimerRegistry.noSlot`: none).
-    @exclusivity(unchecked) var freeHead = TimerRegistry.noSlot
-    /// Slots holding a timer, ended timers waiting in the removal batch included.
-    @exclusivity(unchecked) var occupied = 0
-    /// Its scheduler has shut down: freed slots are not reused, and the chunks go back to the
-    /// registry once the last timer has left.
-    @exclusivity(unchecked) var isRetired = false
-
-    init(backendName: String) { self.backendName = backendName }
 }

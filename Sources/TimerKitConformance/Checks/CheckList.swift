@@ -140,3 +140,20 @@ extension Checks.Clocks {
         .init("aWallGridFiresOnItsDates", .clocks, aWallGridFiresOnItsDates),
     ]
 }
+
+extension Checks.Keys {
+    static let checks: [ConformanceCheck] = [
+        .init("aKeyedOneShotFiresOnceThenItsCallbackHearsTheEnd", .keys, aKeyedOneShotFiresOnceThenItsCallbackHearsTheEnd),
+        .init("aKeyedRepeatWithACountFiresThatManyTimesOnItsGrid", .keys, aKeyedRepeatWithACountFiresThatManyTimesOnItsGrid),
+        .init("cancellingAKeyEndsItOnceAndLeavesOnlyTypedErrors", .keys, cancellingAKeyEndsItOnceAndLeavesOnlyTypedErrors),
+        .init("aKeyOfAnotherBackendIsRefusedAndChangesNothing", .keys, aKeyOfAnotherBackendIsRefusedAndChangesNothing),
+        .init("anEndedKeyNeverReachesItsSlotsNextTimer", .keys, anEndedKeyNeverReachesItsSlotsNextTimer),
+        .init("rescheduleSuspendAndResumeThroughAKey", .keys, rescheduleSuspendAndResumeThroughAKey),
+        .init("keyedTimersShareTheRegistry", .keys, keyedTimersShareTheRegistry),
+        .init("shutdownEndsKeyedTimersAndTellsEachCallbackOnce", .keys, shutdownEndsKeyedTimersAndTellsEachCallbackOnce),
+        .init("aCallbackIsLetGoOfOnceItsTimerEnds", .keys, aCallbackIsLetGoOfOnceItsTimerEnds),
+        .init("aCallbacksEndAndReleaseMayCallBackIntoTheBackend", .keys, aCallbacksEndAndReleaseMayCallBackIntoTheBackend),
+        .init("aCallbackMayCancelItsOwnTimer", .keys, aCallbackMayCancelItsOwnTimer),
+        .init("cancelsRacingFiresFromManyThreadsEndEachTimerOnce", .keys, cancelsRacingFiresFromManyThreadsEndEachTimerOnce),
+    ]
+}

@@ -1,0 +1,185 @@
+/// What the registry asks of a scheduler: a timer's handle by its slot (a lookup by name),
+/// snapshots, and registry-wide cancels, suspends and resumes, each done a chunk of slots at
+/// a time under this scheduler's lock only.
+extension TimerScheduler {
+    /// The handle of the live timer in `slot` of `generation`, made for a timer scheduled with
+    /// a key on the first lookup (every later lookup gets the same); nil once it has ended.
+    func front(slot: UInt32, generation: UInt32) -> TimerHandle? {
+        mutex.withLock {
+            let record = store[slot]
+            guard record.pointee.generation == generation, record.pointee.owner != nil, !record.pointee.state.hasEnded else { return nil }
+            return frontLocked(slot)
+        }
+    }
+
+    /// The handle of the timer in `slot` (live).
+    func frontLocked(_ slot: UInt32) -> TimerHandle {
+        let record = store[slot]
+        if record.pointee.callbackKind == 0, let owner = record.pointee.owner { return unsafeDowncast(owner, to: TimerHandle.self) }
+        let extras = record.pointee.extras ?? TimerExtras()
+        record.pointee.extras = extras
+        if let handle = extras.handle { return handle }
+        let handle = TimerHandle(scheduler: self, slot: slot, generation: record.pointee.generation, handler: Self.endedHandler)
+        extras.handle = handle
+        return handle
+    }
+
+    /// Whether `timer` is a target-action timer whose target has been released. The target is
+    /// loaded outside the lock (see `WeakReference`).
+    func hasReleasedTarget(_ timer: TimerHandle) -> Bool {
+        let target = mutex.withLock { recordLocked(timer)?.pointee.extras?.target }
+        guard let target else { return false }
+        return target.object == nil
+    }
+
+    /// The snapshot of the live timer in `slot`.
+    func snapshotLocked(_ slot: UInt32) -> TimerSnapshot {
+        let record = store[slot]
+        let stats = store.fireStats(slot)
+        let fires = record.pointee.fires
+        return TimerSnapshot(
+            name: nameLocked(slot, generation: record.pointee.generation), backend: backendName, state: record.pointee.state,
+            fires: fires,
+            nextDeadline: record.pointee.state == .scheduled
+                ? MonotonicInstant(nanoseconds: clocks.offsets.monotonic(RepeatRule.dueTime(record.pointee), on: record.pointee.clock))
+                : nil,
+            interval: record.pointee.interval == 0 ? nil : .nanoseconds(Int64(clamping: record.pointee.interval)),
+            lastLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: stats.lastLateness)),
+            maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: stats.maxLateness)), missedTicks: Int(stats.missedTicks))
+    }
+
+    /// The snapshot of `timer`; once it has ended, what its handle knows.
+    func snapshot(of timer: TimerHandle) -> TimerSnapshot {
+        mutex.withLock {
+            if recordLocked(timer) != nil { return snapshotLocked(timer.slot) }
+            return TimerSnapshot(
+                name: nameLocked(timer), backend: backendName, state: timer.endFacts.state, fires: timer.endFacts.fires,
+                nextDeadline: nil, interval: nil, lastLateness: nil, maxLateness: nil, missedTicks: 0)
+        }
+    }
+
+    /// The snapshot of `timer` while it is live; nil once it has ended.
+    func liveSnapshot(of timer: TimerHandle) -> TimerSnapshot? {
+        mutex.withLock { recordLocked(timer) != nil ? snapshotLocked(timer.slot) : nil }
+    }
+
+    /// Calls `body` with the snapshots of the live timers, a chunk of slots at a time (each
+    /// taken under the lock, `body` run outside it).
+    func forEachSnapshotSlice(_ body: ([TimerSnapshot]) -> Void) {
+        var chunk = 0
+        while true {
+            let slice: [TimerSnapshot]? = mutex.withLock {
+                guard chunk < store.chunks.count else { return nil }
+                var snapshots: [TimerSnapshot] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slot in
+                    if !store[slot].pointee.state.hasEnded { snapshots.append(snapshotLocked(slot)) }
+                }
+                return snapshots
+            }
+            guard let slice else { return }
+            body(slice)
+            chunk += 1
+        }
+    }
+
+    /// Ends every live timer (`cancelAll`), a chunk of slots at a time.
+    func endAll(because cause: EndCause) {
+        var chunk = 0
+        while mutex.withLock({ chunk < store.chunks.count }) {
+            locked { after in
+                var slots: [UInt32] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
+                for slot in slots { endLocked(slot, .cancelled, because: cause, into: &after) }
+            }
+            chunk += 1
+        }
+    }
+
+    /// Suspends (`suspendAll`) or resumes (`resumeAll`) every live timer, a chunk at a time.
+    func setAll(suspended: Bool) {
+        var chunk = 0
+        while mutex.withLock({ chunk < store.chunks.count }) {
+            locked { after in
+                var slots: [UInt32] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
+                for slot in slots {
+                    let record = store[slot]
+                    if suspended, record.pointee.state == .scheduled {
+                        record.pointee.state = .suspended
+                        retireLocked(slot, &after)
+                    } else if !suspended, record.pointee.state == .suspended, !isShutDown {
+                        record.pointee.state = .scheduled
+                        guard record.pointee.activeCalls == 0 && (record.pointee.extras?.tasksRunning ?? 0) == 0 else { continue }
+                        do throws(TimerError) { try queueLocked(slot, &after) } catch {
+                            record.pointee.state = .suspended  // as `resume` leaves it when the driver refuses
+                        }
+                    }
+                }
+            }
+            chunk += 1
+        }
+    }
+
+    /// Ends the target-action timers whose target has been released; returns how many. The
+    /// targets are loaded outside the lock (see `WeakReference`).
+    @discardableResult
+    func endTimersOfReleasedTargets() -> Int {
+        var ended = 0
+        var chunk = 0
+        while true {
+            let targets: [(slot: UInt32, generation: UInt32, target: WeakReference)]? = mutex.withLock {
+                guard chunk < store.chunks.count else { return nil }
+                var found: [(UInt32, UInt32, WeakReference)] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slot in
+                    let record = store[slot]
+                    if !record.pointee.state.hasEnded, let target = record.pointee.extras?.target {
+                        found.append((slot, record.pointee.generation, target))
+                    }
+                }
+                return found
+            }
+            guard let targets else { return ended }
+            for entry in targets where entry.target.object == nil {
+                cancel(slot: entry.slot, generation: entry.generation, because: .targetReleased)
+                ended += 1
+            }
+            chunk += 1
+        }
+    }
+
+    /// Caps this scheduler's live timers (see `TimerBackend/limitLiveTimers(to:)`).
+    func limitLiveTimers(to limit: Int?) throws(TimerError) {
+        if let limit, limit < 0 { throw .invalidOption(name: "limit", value: "\(limit)", allowed: "0... or nil") }
+        mutex.withLock { store.maxLive = limit ?? .max }
+    }
+
+    var maxLiveTimers: Int? {
+        let limit = mutex.withLock { store.maxLive }
+        return limit == .max ? nil : limit
+    }
+
+    var refusedByLiveTimerLimit: Int { mutex.withLock { store.refusedByLimit } }
+}
+
+extension TimerScheduler {
+    /// Where the record of `timer` is stored, for tests that check records never move.
+    package func recordAddress(of timer: TimerHandle) -> UnsafeRawPointer {
+        mutex.withLock { UnsafeRawPointer(store[timer.slot]) }
+    }
+
+    /// Whether the live timer `key` names has no extras and `owner` as its callback (tests).
+    package func isPlainRecord(_ key: TimerKey, ownedBy owner: AnyObject) -> Bool {
+        mutex.withLock {
+            guard let record = try? recordLocked(key) else { return false }
+            return record.pointee.extras == nil && record.pointee.owner === owner
+        }
+    }
+
+    /// Chunks of slots the store holds (tests).
+    package var storeChunkCount: Int { mutex.withLock { store.chunks.count } }
+
+    /// The end waiters of `timer` (tests).
+    package func endWaiterCount(of timer: TimerHandle) -> Int {
+        mutex.withLock { liveOrBusyRecordLocked(timer)?.pointee.extras?.endWaiters.count ?? 0 }
+    }
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Counts the instructions each timer-store operation costs, with valgrind (`--tool=cachegrind
+--cache-sim=no`), and fails if any is past its budget + 5 %.
+
+Usage: instruction-budget.py STORE_PROFILE BUDGETS.json
+
+For each backend (manual, epoll) and path (handles, keys), `store-profile` runs three times
+under valgrind with 100,000 live timers: with no operation, with 100,000 schedule + cancel
+pairs, and with 100,000 resets to a later deadline; the differences divided by 100,000 are the
+instructions per pair and per reset. Instruction counts do not move with the machine's load
+(unlike times, which move 10-30 % from run to run on a shared VM), so the gate is exact: a
+change that adds work to these paths fails it, whatever the machine is doing.
+
+A deliberate change of cost moves the budget in the same commit (BUDGETS.json says why)."""
+import concurrent.futures, json, os, re, subprocess, sys
+
+LIVE = OPERATIONS = 100_000
+MARGIN = 1.05
+
+def instructions(binary, backend, pairs, resets, path):
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               binary, backend, str(LIVE), str(pairs), str(resets)] + (["keys"] if path == "keys" else [])
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"instruction-budget: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    match = re.search(r"I\s+refs:\s+([\d,]+)", result.stderr)
+    if not match:
+        sys.exit(f"instruction-budget: no instruction count in valgrind's output:\n{result.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+def main(binary, budget_file):
+    budgets = json.load(open(budget_file))["budgets"]
+    runs = {}
+    jobs = [(backend, path, pairs, resets)
+            for backend in budgets for path in budgets[backend]
+            for pairs, resets in [(0, 0), (OPERATIONS, 0), (0, OPERATIONS)]]
+    # Two at a time: valgrind runs a program on one core.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+        futures = {job: pool.submit(instructions, binary, job[0], job[2], job[3], job[1]) for job in jobs}
+        runs = {job: future.result() for job, future in futures.items()}
+    problems = []
+    for backend in budgets:
+        for path in budgets[backend]:
+            base = runs[(backend, path, 0, 0)]
+            measured = {
+                "pair": (runs[(backend, path, OPERATIONS, 0)] - base) / OPERATIONS,
+                "reset": (runs[(backend, path, 0, OPERATIONS)] - base) / OPERATIONS,
+            }
+            for operation, value in measured.items():
+                budget = budgets[backend][path][operation]
+                limit = budget * MARGIN
+                ok = value <= limit
+                print(f"{'ok  ' if ok else 'FAIL'} {backend} {path} {operation}: {value:,.0f} instructions "
+                      f"(budget {budget:,}, fails above {limit:,.0f})")
+                if not ok:
+                    problems.append(f"{backend} {path} {operation}: {value:,.0f} > {limit:,.0f}")
+    if problems:
+        print("instruction-budget: over budget: " + "; ".join(problems), file=sys.stderr)
+        sys.exit(1)
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

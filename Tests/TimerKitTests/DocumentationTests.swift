@@ -32,7 +32,7 @@ extension DocumentationTests {
         let article = try String(
             contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/UsingTimerKitOnSwiftNIO.md"), encoding: .utf8)
         let example = try String(
-            contentsOf: Self.root.appending(path: "TimerKitNIO/Tests/TimerKitNIOTests/IdleTimeoutExample.swift"), encoding: .utf8)
+            contentsOf: Self.root.appending(path: "Tests/TimerKitNIOTests/IdleTimeoutExample.swift"), encoding: .utf8)
         let classStart = try #require(article.range(of: "final class IdleTimeoutHandler")).lowerBound
         let blockEnd = try #require(article.range(of: "```", range: classStart..<article.endIndex)).lowerBound
         let shown = article[classStart..<blockEnd].trimmingCharacters(in: .whitespacesAndNewlines)

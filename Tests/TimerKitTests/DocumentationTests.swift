@@ -36,8 +36,13 @@ extension DocumentationTests {
         let classStart = try #require(article.range(of: "final class IdleTimeoutHandler")).lowerBound
         let blockEnd = try #require(article.range(of: "```", range: classStart..<article.endIndex)).lowerBound
         let shown = article[classStart..<blockEnd].trimmingCharacters(in: .whitespacesAndNewlines)
+        // The tested file is inside `#if NIO` (its trait), so its code is indented one level.
         let tested = try #require(example.range(of: "final class IdleTimeoutHandler")).lowerBound
-        #expect(shown == example[tested...].trimmingCharacters(in: .whitespacesAndNewlines))
+        let testedEnd = try #require(example.range(of: "#endif", range: tested..<example.endIndex)).lowerBound
+        let code = example[tested..<testedEnd].split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("    ") ? $0.dropFirst(4) : $0 }
+            .joined(separator: "\n")
+        #expect(shown == code.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
 

@@ -12,9 +12,9 @@ STRICT      := -Xswiftc -warnings-as-errors
 # Every trait on: TimerKitNIO and TimerKitObservability build and test with the rest.
 TRAITS      := --traits NIO,Observability
 BENCH_PKG   := --package-path Bench
-# The bench's smoke run, the examples and the consumer checks share one build folder, so SwiftNIO
-# and TimerKit with the trait NIO are built once for all of them.
-OUTSIDE     := --scratch-path .build-outside
+# The bench's smoke run builds in the folder IdleTimeoutServer and the NIO consumer check build in,
+# so SwiftNIO and TimerKit with the trait NIO are built once for all three (scripts/consumer-common.sh).
+OUTSIDE     := --scratch-path .build-nio
 BENCH        = Bench/.build/release/timerkit-bench
 EXAMPLES    := IdleTimeoutServer Debounce FrameLoop TestingWithVirtualTime
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Package.swift Bench/Package.swift Benchmarks/Package.swift \
@@ -56,6 +56,7 @@ TRAIT_TESTS := 'TimerKitNIOTests|TimerKitNIOConformanceTests|TimerKitObservabili
 # on a SwiftNIO loop; the swift-metrics and swift-log adapters with those libraries' test
 # handlers), then the checks from outside.
 test: setup lint
+	python3 scripts/check-spi-manifest.py
 	$(SWIFT) build --build-tests $(STRICT) $(TRAITS)
 	$(SWIFT) test --skip-build $(TRAITS) --skip $(TRAIT_TESTS)
 	$(SWIFT) test --skip-build $(TRAITS) --filter $(TRAIT_TESTS)
@@ -71,9 +72,9 @@ test: setup lint
 bench-quick: setup
 	$(SWIFT) build --build-tests $(STRICT) $(BENCH_PKG) $(OUTSIDE)
 	$(SWIFT) test --skip-build $(BENCH_PKG) $(OUTSIDE)
-	.build-outside/debug/timerkit-bench --quick --json > .build-outside/bench-quick.json
-	python3 scripts/check-bench-json.py .build-outside/bench-quick.json .build-outside/debug/timerkit-bench
-	.build-outside/debug/timerkit-bench markdown BENCHMARKS.json --output BENCHMARKS.md --readme README.md --check
+	.build-nio/debug/timerkit-bench --quick --json > .build-nio/bench-quick.json
+	python3 scripts/check-bench-json.py .build-nio/bench-quick.json .build-nio/debug/timerkit-bench
+	.build-nio/debug/timerkit-bench markdown BENCHMARKS.json --output BENCHMARKS.md --readme README.md --check
 
 # A backend in a package outside the repository (the "Writing a backend" article's code) passes
 # the contract through the TimerKitConformance product.
@@ -164,5 +165,5 @@ bench-check: setup
 	python3 scripts/check-benchmarks.py Benchmarks/.build/p90
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-outside .build-conformance .build-api \
+	rm -rf .build .build-tsan .build-asan .build-docs .build-nio .build-plain .build-conformance \
 		Bench/.build Benchmarks/.build $(foreach example,$(EXAMPLES),Examples/$(example)/.build)

@@ -12,6 +12,9 @@ import PackageDescription
 
 let swift6: [SwiftSetting] = [.swiftLanguageMode(.v6)]
 let nio: TargetDependencyCondition? = .when(traits: ["NIO"])
+// `make api-check` sets TIMERKIT_ENABLE_ALL_TRAITS: the API digester builds the baseline commit
+// with its default traits (it takes no --traits), and the products of both traits are checked too.
+let defaultTraits: Set<String> = Context.environment["TIMERKIT_ENABLE_ALL_TRAITS"] == nil ? [] : ["NIO", "Observability"]
 let observability: TargetDependencyCondition? = .when(traits: ["Observability"])
 
 let package = Package(
@@ -35,7 +38,7 @@ let package = Package(
             name: "Observability",
             description: "The TimerKitObservability product: statistics to swift-metrics, events to swift-log (depends on both)."
         ),
-        .default(enabledTraits: []),
+        .default(enabledTraits: defaultTraits),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),

@@ -99,9 +99,9 @@ api-check: setup
 	bash scripts/check-api.sh
 
 # The whole suite, both traits on, under ThreadSanitizer, then AddressSanitizer, each in its own
-# build folder (the traits' test targets in a process of their own, as in `make test`). Sanitized runs are several times slower, and every test starts at once: the
-# watchdogs (30 s, for a hang) wait 4 times as long there, so a busy machine's queue is not taken
-# for one. Under ThreadSanitizer the suite's blocking tests can hold both threads of the
+# build folder (the traits' test targets in a process of their own, as in `make test`). Sanitized
+# runs are several times slower, and every test starts at once: the watchdogs (30 s, for a hang)
+# wait 4 times as long there, so a busy machine's queue is not taken for one. Under ThreadSanitizer the suite's blocking tests can hold both threads of the
 # cooperative pool for a minute or more while async tests wait their turn (seen: a 97 s run, and
 # watchdogs at 120 s in a fresh-clone CI run): its watchdogs wait 10 times as long, still
 # minutes, not CI's cut-off.

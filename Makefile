@@ -1,23 +1,28 @@
-# TimerKit: `make test` (lint, build, every test of every package, a bench smoke run, the no-dependency
-# check, a backend outside the repository run through TimerKitConformance) and `make demo` (the
-# backend comparison). Both do their own set-up on a fresh Debian/Ubuntu machine. Five packages
-# live here: the library (.), TimerKitNIO (TimerKitNIO/, the backend on a SwiftNIO event loop),
-# TimerKitObservability (its metrics and log adapters), the comparison tool (Bench/) and the
-# microbenchmarks (Benchmarks/); each target below names the one it uses.
+# TimerKit: `make test` (lint, build, every test, a bench smoke run, the repository used by URL as
+# an app would (with no trait, and with each trait), the examples built and run, a backend outside
+# the repository run through TimerKitConformance, and the public API against its baseline) and
+# `make demo` (the backend comparison, written to BENCHMARKS.md). Both do their own set-up on a
+# fresh Debian/Ubuntu machine. The packages here: the library (.), whose TimerKitNIO and
+# TimerKitObservability products are behind the package traits NIO and Observability, the
+# comparison tool (Bench/), the microbenchmarks (Benchmarks/) and the examples (Examples/*);
+# each target below names the one it uses.
 
 SWIFT       ?= swift
 STRICT      := -Xswiftc -warnings-as-errors
+# Every trait on: TimerKitNIO and TimerKitObservability build and test with the rest.
+TRAITS      := --traits NIO,Observability
 BENCH_PKG   := --package-path Bench
-NIO_PKG     := --package-path TimerKitNIO
-OBS_PKG     := --package-path TimerKitObservability
+# The bench's smoke run builds in the folder IdleTimeoutServer and the NIO consumer check build in,
+# so SwiftNIO and TimerKit with the trait NIO are built once for all three (scripts/consumer-common.sh).
+OUTSIDE     := --scratch-path .build-nio
 BENCH        = Bench/.build/release/timerkit-bench
+EXAMPLES    := IdleTimeoutServer Debounce FrameLoop TestingWithVirtualTime
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Package.swift Bench/Package.swift Benchmarks/Package.swift \
-	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests \
-	TimerKitObservability/Package.swift TimerKitObservability/Sources TimerKitObservability/Tests
+	$(foreach example,$(EXAMPLES),Examples/$(example)/Package.swift Examples/$(example)/Sources $(wildcard Examples/$(example)/Tests))
 DOCS_OUT    := .build/docs
-MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance
+MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance TimerKitNIO TimerKitObservability
 
-.PHONY: all setup setup-valgrind build lint format test test-nio test-observability check-conformance docs-nio docs-observability tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup setup-valgrind build lint format test check-conformance check-consumers examples api-check tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -43,7 +48,7 @@ setup-valgrind:
 	@command -v valgrind >/dev/null || { echo "setup: valgrind still not found" >&2; exit 1; }
 
 build: setup
-	$(SWIFT) build $(STRICT)
+	$(SWIFT) build $(STRICT) $(TRAITS)
 
 lint:
 	$(SWIFT) format lint --strict --recursive $(FORMATTED)
@@ -52,69 +57,85 @@ lint:
 format:
 	$(SWIFT) format format --in-place --recursive $(FORMATTED)
 
+# The test targets of the two traits' products run in a process of their own, as they did when
+# those products were packages of their own: beside the library's suite, whose blocking tests can
+# hold both threads of the cooperative pool, an async NIO test waited out its 20 s watchdog.
+TRAIT_TESTS := 'TimerKitNIOTests|TimerKitNIOConformanceTests|TimerKitObservabilityTests'
+
+# Every test of the library with both traits on (TimerKitNIO's own tests and every contract check
+# on a SwiftNIO loop; the swift-metrics and swift-log adapters with those libraries' test
+# handlers), then the checks from outside.
 test: setup lint
-	$(SWIFT) build --build-tests $(STRICT)
-	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory test-nio
-	$(MAKE) --no-print-directory test-observability
+	python3 scripts/check-spi-manifest.py
+	$(SWIFT) build --build-tests $(STRICT) $(TRAITS)
+	$(SWIFT) test --skip-build $(TRAITS) --skip $(TRAIT_TESTS)
+	$(SWIFT) test --skip-build $(TRAITS) --filter $(TRAIT_TESTS)
 	$(MAKE) --no-print-directory bench-quick
+	$(MAKE) --no-print-directory examples
 	$(MAKE) --no-print-directory check-dependencies
+	$(MAKE) --no-print-directory check-consumers
 	$(MAKE) --no-print-directory check-conformance
+	$(MAKE) --no-print-directory api-check
 
-# TimerKitNIO's own tests, and every contract check (TimerKitConformance) on a SwiftNIO loop.
-test-nio: setup
-	$(SWIFT) build --build-tests $(STRICT) $(NIO_PKG)
-	$(SWIFT) test --skip-build $(NIO_PKG)
-
-# The swift-metrics and swift-log adapters, with those libraries' test handlers.
-test-observability: setup
-	$(SWIFT) build --build-tests $(STRICT) $(OBS_PKG)
-	$(SWIFT) test --skip-build $(OBS_PKG)
-
-# The bench's statistics tests, then a smoke run: every backend appears, the JSON is well formed.
+# The bench's statistics tests, then a smoke run: every backend appears, the JSON is well formed;
+# and BENCHMARKS.md and the README's summary are what the saved run (BENCHMARKS.json) renders.
 bench-quick: setup
-	$(SWIFT) build --build-tests $(STRICT) $(BENCH_PKG)
-	$(SWIFT) test --skip-build $(BENCH_PKG)
-	Bench/.build/debug/timerkit-bench --quick --json > Bench/.build/bench-quick.json
-	python3 scripts/check-bench-json.py Bench/.build/bench-quick.json Bench/.build/debug/timerkit-bench
+	$(SWIFT) build --build-tests $(STRICT) $(BENCH_PKG) $(OUTSIDE)
+	$(SWIFT) test --skip-build $(BENCH_PKG) $(OUTSIDE)
+	.build-nio/debug/timerkit-bench --quick --json > .build-nio/bench-quick.json
+	python3 scripts/check-bench-json.py .build-nio/bench-quick.json .build-nio/debug/timerkit-bench
+	.build-nio/debug/timerkit-bench markdown BENCHMARKS.json --output BENCHMARKS.md --readme README.md --check
 
 # A backend in a package outside the repository (the "Writing a backend" article's code) passes
 # the contract through the TimerKitConformance product.
 check-conformance: setup
 	bash scripts/check-conformance-product.sh
 
-# An app that depends on TimerKit resolves no other package.
+# An app that depends on the repository by URL, with no trait, resolves TimerKit and nothing else.
 check-dependencies: setup
 	bash scripts/check-no-dependencies.sh
 
-# The whole suite under ThreadSanitizer, then AddressSanitizer, each in its own build folder:
-# the library's tests, then TimerKitNIO's (its own tests and the contract checks on NIO).
-# Sanitized runs are several times slower, and every test starts at once: the watchdogs
-# (30 s, for a hang) wait 4 times as long there, so a busy machine's queue is not taken for one.
-# Under ThreadSanitizer the suite's blocking tests can hold both threads of the cooperative pool
-# for a minute or more while async tests wait their turn (seen: a 97 s run, and watchdogs at
-# 120 s in a fresh-clone CI run): its watchdogs wait 10 times as long, still minutes, not CI's cut-off.
+# Apps that depend on the repository by URL with the trait NIO (a NIOBackend timer runs on an
+# event loop) and with the trait Observability (a backend's figures reach swift-metrics).
+check-consumers: setup
+	bash scripts/check-trait-consumers.sh
+
+# Each example built (warnings as errors) and run, with a check of what it prints.
+examples: setup
+	bash scripts/check-examples.sh $(EXAMPLES)
+
+# The public API of the library products against the baseline .api-baseline names.
+api-check: setup
+	bash scripts/check-api.sh
+
+# The whole suite, both traits on, under ThreadSanitizer, then AddressSanitizer, each in its own
+# build folder (the traits' test targets in a process of their own, as in `make test`). Sanitized
+# runs are several times slower, and every test starts at once: the watchdogs (30 s, for a hang)
+# wait 4 times as long there, so a busy machine's queue is not taken for one. Under ThreadSanitizer the suite's blocking tests can hold both threads of the
+# cooperative pool for a minute or more while async tests wait their turn (seen: a 97 s run, and
+# watchdogs at 120 s in a fresh-clone CI run): its watchdogs wait 10 times as long, still
+# minutes, not CI's cut-off.
 TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=10
 ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp TIMERKIT_WATCHDOG_SCALE=4
 
 tsan: setup
-	$(TSAN_ENV) $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
-	$(MAKE) --no-print-directory tsan-nio
-
-tsan-nio: setup
-	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(NIO_PKG) --scratch-path TimerKitNIO/.build-tsan
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --skip $(TRAIT_TESTS)
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --filter $(TRAIT_TESTS)
 
 asan: setup
-	$(ASAN_ENV) $(SWIFT) test --sanitize=address --scratch-path .build-asan
-	$(MAKE) --no-print-directory asan-nio
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --skip $(TRAIT_TESTS)
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --filter $(TRAIT_TESTS)
 
-asan-nio: setup
-	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(NIO_PKG) --scratch-path TimerKitNIO/.build-asan
-
+# The backend comparison with defaults: the tables on the terminal, charts in timerkit-report.html,
+# and the run saved in BENCHMARKS.json, from which BENCHMARKS.md and the README's summary are
+# rendered (`make test` checks that they are what it renders: no figure is copied by hand).
 demo: setup
 	$(SWIFT) build -c release $(STRICT) $(BENCH_PKG) --product timerkit-bench
-	$(BENCH) --html timerkit-report.html
-	@echo 'HTML report with charts: timerkit-report.html'
+	$(BENCH) --html timerkit-report.html --json > BENCHMARKS.json.new
+	mv BENCHMARKS.json.new BENCHMARKS.json
+	$(BENCH) markdown BENCHMARKS.json --output BENCHMARKS.md --readme README.md
+	@sed -n '/^```text$$/,/^```$$/p' BENCHMARKS.md | sed '1d;$$d'
+	@echo 'HTML report with charts: timerkit-report.html; findings and tables: BENCHMARKS.md (and the README'"'"'s summary)'
 
 # `docc convert` of a catalog (1) for a module (2) whose symbol graphs are in
 # .build-docs/graphs-MODULE: a static site in $(DOCS_OUT)/MODULE, warnings as errors.
@@ -122,11 +143,11 @@ docc_convert = docc convert $(1) --additional-symbol-graph-dir .build-docs/graph
 	--fallback-display-name $(2) --fallback-bundle-identifier org.timerkit.$(2) \
 	--transform-for-static-hosting --hosting-base-path $(2) --warnings-as-errors --output-path $(DOCS_OUT)/$(2)
 
-# DocC for each library module, with the toolchain's own docc: symbol graphs of the public
-# API, then `docc convert` with warnings as errors. Writes a static site per module.
+# DocC for each library module, both traits on, with the toolchain's own docc: symbol graphs of
+# the public API, then `docc convert` with warnings as errors. Writes a static site per module.
 docs: setup
 	@rm -rf $(DOCS_OUT) && mkdir -p $(DOCS_OUT) .build-docs/graphs
-	$(SWIFT) build --scratch-path .build-docs -Xswiftc -emit-symbol-graph \
+	$(SWIFT) build --scratch-path .build-docs $(TRAITS) -Xswiftc -emit-symbol-graph \
 		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs \
 		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
 	@set -e; for module in $(MODULES); do \
@@ -138,29 +159,6 @@ docs: setup
 		$(call docc_convert,Sources/$$module/$$module.docc,$$module); \
 		echo "docs: $(DOCS_OUT)/$$module"; \
 	done
-	$(MAKE) --no-print-directory docs-nio
-	$(MAKE) --no-print-directory docs-observability
-
-# DocC of a module (1) that lives in a package of its own in the folder of the same name, the
-# same way. The module is compiled again each time (touch): an up-to-date build emits no
-# symbol graph.
-define package_docs
-	@rm -rf .build-docs/graphs-$(1)-all .build-docs/graphs-$(1) $(DOCS_OUT)/$(1)
-	@mkdir -p .build-docs/graphs-$(1)-all .build-docs/graphs-$(1)
-	@touch $(1)/Sources/$(1)/*.swift
-	$(SWIFT) build --package-path $(1) --scratch-path .build-docs-$(1) --target $(1) -Xswiftc -emit-symbol-graph \
-		-Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build-docs/graphs-$(1)-all \
-		-Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
-	cp .build-docs/graphs-$(1)-all/$(1)*.symbols.json .build-docs/graphs-$(1)/
-	$(call docc_convert,$(1)/Sources/$(1)/$(1).docc,$(1))
-	@echo "docs: $(DOCS_OUT)/$(1)"
-endef
-
-docs-nio: setup
-	$(call package_docs,TimerKitNIO)
-
-docs-observability: setup
-	$(call package_docs,TimerKitObservability)
 
 # package-benchmark microbenchmarks with malloc counts (see Benchmarks/README.md).
 benchmarks: setup
@@ -180,6 +178,5 @@ bench-check: setup setup-valgrind
 		Benchmarks/instruction-budgets.json
 
 clean:
-	rm -rf .build .build-tsan .build-asan .build-docs .build-docs-TimerKitNIO .build-docs-TimerKitObservability .build-app .build-conformance Bench/.build Benchmarks/.build \
-		TimerKitNIO/.build TimerKitObservability/.build \
-		TimerKitNIO/.build-tsan TimerKitNIO/.build-asan
+	rm -rf .build .build-tsan .build-asan .build-docs .build-nio .build-plain .build-conformance \
+		Bench/.build Benchmarks/.build $(foreach example,$(EXAMPLES),Examples/$(example)/.build)

@@ -1,15 +1,14 @@
 // swift-tools-version: 6.2
 // timerkit-bench: the backend comparison. A package of its own, so that users of TimerKit
 // never resolve what it depends on (argument parsing, histograms, and the peers it measures
-// TimerKit against). It depends on the library by path, under a name that does not depend
-// on the folder the repository is checked out in.
+// TimerKit against). It depends on the library by path, with its NIO trait (for NIOBackend),
+// under a name that does not depend on the folder the repository is checked out in.
 import PackageDescription
 
 let package = Package(
     name: "TimerKitBench",
     dependencies: [
-        .package(name: "TimerKit", path: ".."),
-        .package(name: "TimerKitNIO", path: "../TimerKitNIO"),
+        .package(name: "TimerKit", path: "..", traits: ["NIO"]),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
         .package(url: "https://github.com/apple/swift-async-algorithms", from: "1.0.0"),
@@ -33,7 +32,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
-                .product(name: "TimerKitNIO", package: "TimerKitNIO"),
+                .product(name: "TimerKitNIO", package: "TimerKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# A fresh app that depends on TimerKit by path resolves no other package, and builds and runs
-# against the public surface alone (no @_spi import). Run by `make test`.
+# An app that adds the repository by URL, with no trait (TimerKit's default), resolves TimerKit
+# and nothing else, and builds and runs against the public surface alone (no @_spi import).
+# The repository is a fresh clone of this checkout (url-clone.sh). Run by `make test`.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-app="$(mktemp -d)/App"
-trap 'rm -rf "$(dirname "$app")"' EXIT
+source "$(dirname "$0")/consumer-common.sh"
+app="$work/App"
 mkdir -p "$app/Sources/App"
 cat > "$app/Package.swift" <<MANIFEST
 // swift-tools-version: 6.2
 import PackageDescription
 let package = Package(
     name: "App",
-    dependencies: [.package(name: "TimerKit", path: "$root")],
+    dependencies: [.package(url: "$url", from: "$version")],
     targets: [
         .executableTarget(
             name: "App",
@@ -42,19 +42,12 @@ for backend in [try EpollBackend(registry: TimerRegistry()) as any TimerBackend,
 }
 print("app: ok")
 SOURCE
-cd "$app"
-# A scratch folder that survives between runs keeps this from rebuilding TimerKit each time.
-scratch="$root/.build-app"
-swift package --scratch-path "$scratch" show-dependencies --format json > "$app/dependencies.json"
-python3 - "$app/dependencies.json" <<'CHECK'
-import json, sys
-tree = json.load(open(sys.argv[1]))
-direct = tree.get("dependencies", [])
-names = [d.get("name") or d.get("identity") for d in direct]
-indirect = [sub for d in direct for sub in d.get("dependencies", [])]
-if len(direct) != 1 or indirect:
-    sys.exit(f"check-no-dependencies: an app depending on TimerKit resolves {names} and {len(indirect)} more; expected TimerKit alone")
-print(f"check-no-dependencies: an app depending on TimerKit resolves {names[0]} and nothing else")
-CHECK
-swift build --scratch-path "$scratch" -Xswiftc -warnings-as-errors 2>&1 | grep -E "error|warning" && exit 1
-"$scratch/debug/App"
+(cd "$app" && swift package --scratch-path "$scratch_plain" resolve >/dev/null)
+identities="$(resolved_identities "$app")"
+echo "check-no-dependencies: Package.resolved of an app adding $url from $version, no trait: $identities"
+if [ "$identities" != "timerkit" ]; then
+    echo "check-no-dependencies: expected TimerKit alone" >&2
+    exit 1
+fi
+bin="$(build_consumer "$app" "$scratch_plain")"
+"$bin/App"

@@ -32,12 +32,17 @@ extension DocumentationTests {
         let article = try String(
             contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/UsingTimerKitOnSwiftNIO.md"), encoding: .utf8)
         let example = try String(
-            contentsOf: Self.root.appending(path: "TimerKitNIO/Tests/TimerKitNIOTests/IdleTimeoutExample.swift"), encoding: .utf8)
+            contentsOf: Self.root.appending(path: "Tests/TimerKitNIOTests/IdleTimeoutExample.swift"), encoding: .utf8)
         let classStart = try #require(article.range(of: "final class IdleTimeoutHandler")).lowerBound
         let blockEnd = try #require(article.range(of: "```", range: classStart..<article.endIndex)).lowerBound
         let shown = article[classStart..<blockEnd].trimmingCharacters(in: .whitespacesAndNewlines)
+        // The tested file is inside `#if NIO` (its trait), so its code is indented one level.
         let tested = try #require(example.range(of: "final class IdleTimeoutHandler")).lowerBound
-        #expect(shown == example[tested...].trimmingCharacters(in: .whitespacesAndNewlines))
+        let testedEnd = try #require(example.range(of: "#endif", range: tested..<example.endIndex)).lowerBound
+        let code = example[tested..<testedEnd].split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("    ") ? $0.dropFirst(4) : $0 }
+            .joined(separator: "\n")
+        #expect(shown == code.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 }
 
@@ -60,5 +65,27 @@ extension DocumentationTests {
         let tested = blocks(in: examples, from: "// article:", to: "// end")
         #expect(shown.count == 7)
         #expect(shown.sorted() == tested.sorted(), "the same blocks, in any order")
+    }
+}
+
+extension DocumentationTests {
+    /// The README's tour is the code ReadmeTourTests runs: the same lines, and imports that file has.
+    @Test func theReadmeTourIsTheTestedCode() throws {
+        let readme = try String(contentsOf: Self.root.appending(path: "README.md"), encoding: .utf8)
+        let example = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitTests/ReadmeTourTests.swift"), encoding: .utf8)
+        let section = try #require(readme.range(of: "\n## A tour\n")).upperBound
+        let blockStart = try #require(readme.range(of: "```swift\n", range: section..<readme.endIndex)).upperBound
+        let blockEnd = try #require(readme.range(of: "```", range: blockStart..<readme.endIndex)).lowerBound
+        let shown = readme[blockStart..<blockEnd].split(separator: "\n", omittingEmptySubsequences: false)
+        let imports = shown.filter { $0.hasPrefix("import ") }
+        let shownCode = shown.filter { !$0.hasPrefix("import ") }.joined(separator: "\n")
+        let testedStart = try #require(example.range(of: "// readme: tour\n")).upperBound
+        let testedEnd = try #require(example.range(of: "// end", range: testedStart..<example.endIndex)).lowerBound
+        // The tested code sits in a test function, two levels in.
+        let testedCode = example[testedStart..<testedEnd].split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("        ") ? $0.dropFirst(8) : $0 }
+            .joined(separator: "\n")
+        #expect(shownCode.trimmingCharacters(in: .whitespacesAndNewlines) == testedCode.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(!imports.isEmpty && imports.allSatisfy { example.contains("\n\($0)\n") || example.hasPrefix("\($0)\n") })
     }
 }

@@ -38,7 +38,7 @@ struct TimerKitBench: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "timerkit-bench",
         abstract: "Runs the same timer work on every TimerKit backend and compares them, or compares two saved runs.",
-        subcommands: [RunBench.self, CompareRuns.self], defaultSubcommand: RunBench.self)
+        subcommands: [RunBench.self, CompareRuns.self, RenderMarkdown.self], defaultSubcommand: RunBench.self)
 }
 
 struct RunBench: ParsableCommand {
@@ -237,7 +237,8 @@ struct RunBench: ParsableCommand {
             }
         }
         let report = BenchReport(
-            machine: .current(loadAverageBefore: loadAverageBefore), nioBackgroundTasks: nioBackgroundTasks, results: results)
+            machine: .current(loadAverageBefore: loadAverageBefore), arguments: Array(CommandLine.arguments.dropFirst()),
+            nioBackgroundTasks: nioBackgroundTasks, results: results)
         print(json ? try report.json() : report.table())
         if let html {
             do {

@@ -70,8 +70,9 @@ struct MachineInfo: Codable {
     }
 }
 
-/// One result of any scenario; encodes as that scenario's own object.
-enum BenchResult: Encodable {
+/// One result of any scenario; encodes as that scenario's own object, and decodes by its
+/// `scenario` field (`timerkit-bench markdown` reads a saved run).
+enum BenchResult: Codable {
     case latency(LatencyResult)
     case throughput(ThroughputResult)
     case stalls(StallsResult)
@@ -81,6 +82,26 @@ enum BenchResult: Encodable {
     case drift(DriftResult)
     case fanout(FanoutResult)
     case async(AsyncResult)
+
+    private enum Key: String, CodingKey { case scenario }
+
+    init(from decoder: any Decoder) throws {
+        let scenario = try decoder.container(keyedBy: Key.self).decode(String.self, forKey: .scenario)
+        switch scenario {
+        case "latency": self = .latency(try LatencyResult(from: decoder))
+        case "throughput": self = .throughput(try ThroughputResult(from: decoder))
+        case "stalls": self = .stalls(try StallsResult(from: decoder))
+        case "display": self = .display(try DisplayResult(from: decoder))
+        case "idle": self = .idle(try IdleResult(from: decoder))
+        case "first-fire": self = .firstFire(try FirstFireResult(from: decoder))
+        case "drift": self = .drift(try DriftResult(from: decoder))
+        case "fanout": self = .fanout(try FanoutResult(from: decoder))
+        case "async": self = .async(try AsyncResult(from: decoder))
+        default:
+            throw DecodingError.dataCorruptedError(
+                forKey: .scenario, in: try decoder.container(keyedBy: Key.self), debugDescription: "unknown scenario '\(scenario)'")
+        }
+    }
 
     func encode(to encoder: any Encoder) throws {
         switch self {
@@ -97,11 +118,20 @@ enum BenchResult: Encodable {
     }
 }
 
-struct BenchReport: Encodable {
+struct BenchReport: Codable {
     var machine: MachineInfo
+    /// The arguments the bench ran with (nil in runs saved before it was recorded).
+    var arguments: [String]?
     /// NIO tasks an hour away kept on every NIO loop measured (`--nio-background-tasks`).
     var nioBackgroundTasks: Int
     var results: [BenchResult]
+
+    /// A run saved with `--json`.
+    static func load(from path: String) throws -> BenchReport {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        return try decoder.decode(BenchReport.self, from: try Data(contentsOf: URL(fileURLWithPath: path)))
+    }
 
     func json() throws -> String {
         let encoder = JSONEncoder()

@@ -1,0 +1,42 @@
+import Testing
+import TimerKit
+import TimerKitEpoll
+
+/// The README's tour, compiled and run here: the code between the markers is the README's block
+/// (DocumentationTests checks that they are the same), less its imports, which are this file's.
+@Suite("README")
+struct ReadmeTourTests {
+    @Test func theTourRuns() async throws {
+        @Sendable func fetch() async throws -> String { "reply" }
+        // readme: tour
+        let timers = try EpollBackend()  // or DispatchBackend(), NIOBackend(on: loop), ManualBackend() in tests
+
+        // One-shot and repeating timers; durations are Swift `Duration`s, handlers run on the backend's loop.
+        try timers.schedule(.after(.milliseconds(250))) { tick in print("once, \(tick.lateness) late") }
+        let poll = try timers.schedule(.every(.seconds(1)), name: "poll") { tick in
+            if tick.missed > 0 { print("skipped \(tick.missed) ticks") }
+        }
+
+        // Every timer is in a registry under a unique name: look it up and control it from any thread.
+        try TimerRegistry.shared.suspend(named: "poll")
+        try TimerRegistry.shared.resume(named: "poll")
+        print(TimerRegistry.shared.snapshot())  // name, backend, state, fires, lateness, next deadline
+
+        // The helpers written by hand around every timer library.
+        try timers.debounce("search", for: .milliseconds(300)) { print("typing stopped") }
+        let progress = try Throttler(every: .milliseconds(100), edge: .both, on: timers)
+        try progress.call { print("at most every 100 ms") }
+        let reply = try await withTimeout(.seconds(2), on: timers, name: "fetch") { try await fetch() }
+
+        // Swift Concurrency: the backend is a Clock, and a tick loop is a timer too.
+        try await timers.clock.sleep(for: .milliseconds(10))
+        for await tick in try timers.ticks(.every(.milliseconds(100), count: 3)) { print("tick \(tick.index)") }
+
+        poll.cancel()  // idempotent; cancelAndWait() also waits for a handler already running
+        timers.shutdown()
+        // end
+        #expect(reply == "reply")
+        #expect(!poll.isActive)
+        #expect(!TimerRegistry.shared.names.contains("poll") && !TimerRegistry.shared.names.contains("search"))
+    }
+}

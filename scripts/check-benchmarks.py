@@ -79,6 +79,11 @@ def main(directory):
     check("allocations per schedule + cancel among 100k live timers (the handle)", None if value is None else value / 1000, 1.05, "per pair")
     value = get("reset, 100k live (epoll)", "mallocCountTotal")
     check("allocations per reset to a later deadline among 100k live timers", None if value is None else value / 1000, 0.05, "per reset")
+    # The key path: no allocation at all (the same harness constant of 16 per sample).
+    value = get("schedule+cancel by key, 100k live (epoll)", "mallocCountTotal")
+    check("allocations per schedule + cancel by key among 100k live timers", None if value is None else value / 1000, 0.05, "per pair")
+    value = get("reset by key, 100k live (epoll)", "mallocCountTotal")
+    check("allocations per reset by key to a later deadline among 100k live timers", None if value is None else value / 1000, 0.05, "per reset")
     value = get(pair, "wallClock")
     check("schedule + cancel among 100k live timers, p90", None if value is None else value / 1000, 1500, "ns per pair")
 

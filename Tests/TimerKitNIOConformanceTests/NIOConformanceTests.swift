@@ -24,4 +24,11 @@
     func nioMeetsTheBackendContract(_ check: ConformanceCheck) async throws {
         try await check.run(on: .nio)
     }
+
+    /// Every check again with the timers kept as timers scheduled with a key
+    /// (`BackendUnderTest.throughKeys`): the key path under the whole contract on a NIO loop.
+    @Test(arguments: ConformanceCheck.all)
+    func nioMeetsTheBackendContractThroughKeys(_ check: ConformanceCheck) async throws {
+        try await check.run(on: BackendUnderTest.nio.throughKeys)
+    }
 #endif

@@ -89,3 +89,29 @@ extension DocumentationTests {
         #expect(!imports.isEmpty && imports.allSatisfy { example.contains("\n\($0)\n") || example.hasPrefix("\($0)\n") })
     }
 }
+
+extension DocumentationTests {
+    /// The millions-of-timers article's code blocks are the blocks between `// article:` markers
+    /// in MillionsArticleTests.swift, which compiles and runs them; the example it names keeps
+    /// its idle timeouts by key.
+    @Test func theMillionsArticleShowsTheTestedCodeAndNamesAnExampleThatUsesKeys() throws {
+        let docs = Self.root.appending(path: "Sources/TimerKit/TimerKit.docc")
+        let article = try String(contentsOf: docs.appending(path: "HoldingMillionsOfTimers.md"), encoding: .utf8)
+        let code = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitTests/MillionsArticleTests.swift"), encoding: .utf8)
+        func blocks(in text: String, from open: String, to close: String) -> [String] {
+            text.components(separatedBy: open).dropFirst().compactMap { part in
+                part.components(separatedBy: close).first.map { block in
+                    let body = open.hasSuffix("\n") ? block : String(block.drop { $0 != "\n" })
+                    return body.trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+            }
+        }
+        let shown = blocks(in: article, from: "```swift\n", to: "```")
+        #expect(shown.count == 2)
+        #expect(shown == blocks(in: code, from: "// article:", to: "// end"))
+        #expect(article.contains("`IdleTimeoutServer` example"))
+        let server = try String(
+            contentsOf: Self.root.appending(path: "Examples/IdleTimeoutServer/Sources/IdleTimeoutServer/Server.swift"), encoding: .utf8)
+        #expect(server.contains("TimerCallback") && server.contains("private var timer: TimerKey?"))
+    }
+}

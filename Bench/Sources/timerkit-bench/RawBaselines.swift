@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOPosix
 import TimerKit
+import TimerKitEpoll
 
 /// One subject of a throughput run, operated on one timer at a time so that every subject's
 /// batches can take turns: schedule timer `i` after `delays[i]`, reset it to a later deadline
@@ -40,6 +41,34 @@ final class TimerKitSubject: ThroughputSubject {
     }
 }
 
+/// The epoll backend through keys (`TimerKey`, a `TimerCallback` shared by every timer): the path
+/// for millions of timers, a subject of its own beside the handles and the baselines.
+final class TimerKitKeySubject: ThroughputSubject {
+    let name = "epoll-keys"
+    private let instance: EpollBackend
+    private let delays: [Duration]
+    private var keys: [TimerKey?]
+    private let callback = QuietCallback()
+
+    private final class QuietCallback: TimerCallback {
+        func timerFired(_ fire: TimerFire) {}
+    }
+
+    init(delays: [Duration]) throws {
+        instance = try EpollBackend(registry: TimerRegistry())
+        self.delays = delays
+        keys = Array(repeating: nil, count: delays.count)
+    }
+
+    func schedule(_ i: Int) throws { keys[i] = try instance.schedule(.after(delays[i]), calling: callback) }
+    func reset(_ i: Int) throws { if let key = keys[i] { try instance.reschedule(key, .after(delays[i] + resetPush)) } }
+    func cancel(_ i: Int) { if let key = keys[i] { instance.cancel(key) } }
+    func finish() {
+        instance.shutdown()
+        keys = []
+    }
+}
+
 /// Throughput baselines with no TimerKit code: each native mechanism used the naive way,
 /// one native timer per user timer, so a reader sees what the shared scheduler adds or saves.
 struct RawBaseline: Sendable {
@@ -50,6 +79,8 @@ struct RawBaseline: Sendable {
 }
 
 let rawBaselines: [RawBaseline] = [
+    // Not a baseline but TimerKit's own lean path: it joins the same runs, so it is listed here.
+    RawBaseline(name: "epoll-keys", maxTimers: 50_000_000) { try TimerKitKeySubject(delays: $0) },
     RawBaseline(name: "libevent-raw", maxTimers: 10_000_000) { try LibeventRawSubject(delays: $0) },
     // NIO's cancel searches its task heap (and a reset is a cancel): a run at a million tasks
     // had not finished its resets and cancels after 12 minutes.

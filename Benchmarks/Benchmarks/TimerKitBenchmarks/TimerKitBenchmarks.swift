@@ -22,6 +22,11 @@ final class FireCounter: Sendable {
     }
 }
 
+/// A key path callback that does nothing: one object for every timer of a benchmark.
+final class QuietCallback: TimerCallback {
+    func timerFired(_ fire: TimerFire) {}
+}
+
 let benchmarks: @Sendable () -> Void = {
     let metrics: [BenchmarkMetric] = [.wallClock, .mallocCountTotal, .instructions]
     Benchmark.defaultConfiguration = .init(metrics: metrics, maxDuration: .seconds(3), maxIterations: 100_000)
@@ -51,6 +56,36 @@ let benchmarks: @Sendable () -> Void = {
         let live = try (0..<100_000).map { i in try backend.schedule(.after(.seconds(3_600 + (i * 7_919) % 3_600))) { _ in } }
         benchmark.startMeasurement()
         for i in benchmark.scaledIterations { try live[i % live.count].reschedule(.after(.seconds(7_200))) }
+        benchmark.stopMeasurement()
+    }
+
+    // The same two operations through keys: a callback object shared by every timer, no handle.
+    // Goal: no allocation per schedule + cancel, nor per reset.
+    Benchmark("schedule+cancel by key, 100k live (epoll)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) {
+        benchmark in
+        let backend = try EpollBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        let callback = QuietCallback()
+        let live = try (0..<100_000).map { i in
+            try backend.schedule(.after(.milliseconds(1_000 + (i * 7_919) % 59_000)), calling: callback)
+        }
+        benchmark.startMeasurement()
+        for i in benchmark.scaledIterations {
+            backend.cancel(try backend.schedule(.after(.seconds(30 + i % 60)), calling: callback))
+        }
+        benchmark.stopMeasurement()
+        withExtendedLifetime(live) {}
+    }
+
+    Benchmark("reset by key, 100k live (epoll)", configuration: .init(metrics: metrics, scalingFactor: .kilo)) { benchmark in
+        let backend = try EpollBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        let callback = QuietCallback()
+        let live = try (0..<100_000).map { i in
+            try backend.schedule(.after(.seconds(3_600 + (i * 7_919) % 3_600)), calling: callback)
+        }
+        benchmark.startMeasurement()
+        for i in benchmark.scaledIterations { try backend.reschedule(live[i % live.count], .after(.seconds(7_200))) }
         benchmark.stopMeasurement()
     }
 

@@ -6,11 +6,21 @@ import TimerKitNIO
 
 /// Closes a connection that has sent nothing for `timeout`: each read starts the wait again, and
 /// the connection's end cancels it. It sits first in the pipeline, so any bytes count as traffic.
+///
+/// The timer is kept by key (`TimerKey`), the path for a timer per connection: scheduling it
+/// allocates nothing, and the key is a plain value.
 final class IdleTimeoutHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     private let timers: NIOBackend  // the connection's event loop's backend
     private let timeout: Duration
-    private var timer: TimerHandle?
+    private var timer: TimerKey?
+
+    /// What the timer calls: it closes the connection it was made for.
+    private final class Closer: TimerCallback {
+        let channel: any Channel
+        init(_ channel: any Channel) { self.channel = channel }
+        func timerFired(_ fire: TimerFire) { channel.close(promise: nil) }
+    }
 
     init(timers: NIOBackend, timeout: Duration) {
         self.timers = timers
@@ -18,18 +28,17 @@ final class IdleTimeoutHandler: ChannelInboundHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        let channel = context.channel
-        timer = try? timers.schedule(.after(timeout)) { _ in channel.close(promise: nil) }
+        timer = try? timers.schedule(.after(timeout), calling: Closer(context.channel))
         context.fireChannelActive()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        try? timer?.reschedule(.after(timeout))  // traffic: start the wait again
+        if let timer { try? timers.reschedule(timer, .after(timeout)) }  // traffic: start the wait again
         context.fireChannelRead(data)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        timer?.cancel()
+        if let timer { timers.cancel(timer) }
         context.fireChannelInactive()
     }
 }

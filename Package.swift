@@ -61,9 +61,13 @@ let package = Package(
         .target(name: "TimerKitConformance", dependencies: ["TimerKit", "TimerKitEpoll"], swiftSettings: swift6),
         // What TimerKit's own test targets share: its backend configurations (`BackendKind`), the
         // caller loops they attach to, and child-process helpers; it re-exports TimerKitConformance.
+        // Sets the test process's environment before Swift's runtime starts (environment.c).
+        .target(name: "CTestEnvironment", path: "Tests/CTestEnvironment"),
         .target(
             name: "TimerKitTestSupport",
-            dependencies: ["TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims", "TimerKitConformance"],
+            dependencies: [
+                "TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims", "TimerKitConformance", "CTestEnvironment",
+            ],
             path: "Tests/TimerKitTestSupport",
             swiftSettings: swift6
         ),

@@ -126,7 +126,13 @@ public struct BackendUnderTest: Sendable, CustomStringConvertible, CustomTestStr
 
     /// Makes the backend with a registry of its own, under a watchdog that runs until
     /// `Harness.shutdown()`.
-    package func makeHarness(watchdogSeconds: Double = 30) throws -> Harness {
+    ///
+    /// 90 s: a check's own steps run on a thread of its own, but the tasks a backend without an
+    /// executor of its own starts (`scheduleAsync` on Dispatch) run on the cooperative pool,
+    /// which a test suite's blocking tests can hold until they are done. With two spinning
+    /// processes beside the suite (`test-under-load`), such a check waited past 30 s in 6 runs
+    /// of 10 while the whole suite took 24–34 s; a hang still fails within minutes.
+    package func makeHarness(watchdogSeconds: Double = 90) throws -> Harness {
         let what = ConformanceCheck.running ?? Test.current.map { "\($0.name) [\(name)]" }
         let watchdog = Watchdog(what, seconds: watchdogSeconds)
         do {

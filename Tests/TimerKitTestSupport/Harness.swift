@@ -64,7 +64,7 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
 
     /// Makes the backend with a registry of its own; the harness's watchdog runs until
     /// `Harness.shutdown()`.
-    package func makeHarness(watchdogSeconds: Double = 30) throws -> Harness {
+    package func makeHarness(watchdogSeconds: Double = 90) throws -> Harness {
         try underTest.makeHarness(watchdogSeconds: watchdogSeconds)
     }
 }

@@ -70,113 +70,113 @@ struct Unavailable: Error {}
 @Suite("ManualBackend as a test clock")
 struct TestClockTests {
     @Test func aDebouncedSearchFieldSearchesOnceTheTypingStops() async {
-        let watchdog = Watchdog()
-        defer { watchdog.disarm() }
-        let clock = ManualBackend(registry: TimerRegistry())
-        defer { clock.shutdown() }
-        let field = SearchField(clock: clock.clock)
-        let running = Task(executorPreference: clock.taskExecutor) { await field.run() }
-        field.type("s")
-        await clock.advanceAndSettle(by: .milliseconds(200))
-        field.type("sw")
-        await clock.advanceAndSettle(by: .milliseconds(200))
-        field.type("swift")
-        await clock.advanceAndSettle(by: .milliseconds(299))
-        #expect(await field.queries == [], "still typing, as far as the field can tell")
-        await clock.advanceAndSettle(by: .milliseconds(1))
-        #expect(await field.queries == ["swift"])
-        field.close()
-        await clock.advanceAndSettle(by: .seconds(1))
-        await running.value
-        #expect(await field.queries == ["swift"])
+        await withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
+            let field = SearchField(clock: clock.clock)
+            let running = Task(executorPreference: clock.taskExecutor) { await field.run() }
+            field.type("s")
+            await clock.advanceAndSettle(by: .milliseconds(200))
+            field.type("sw")
+            await clock.advanceAndSettle(by: .milliseconds(200))
+            field.type("swift")
+            await clock.advanceAndSettle(by: .milliseconds(299))
+            #expect(await field.queries == [], "still typing, as far as the field can tell")
+            await clock.advanceAndSettle(by: .milliseconds(1))
+            #expect(await field.queries == ["swift"])
+            field.close()
+            await clock.advanceAndSettle(by: .seconds(1))
+            await running.value
+            #expect(await field.queries == ["swift"])
+        }
     }
 
     @Test func aRetryLoopBacksOffOnVirtualTime() async throws {
-        let watchdog = Watchdog()
-        defer { watchdog.disarm() }
-        let clock = ManualBackend(registry: TimerRegistry())
-        defer { clock.shutdown() }
-        let attempts = Locked<[MonotonicInstant]>([])
-        let start = clock.now()
-        let retrying = Task(executorPreference: clock.taskExecutor) {
-            try await withRetries(attempts: 4, clock: clock.clock) {
-                attempts.withLock { $0.append(clock.now()) }
-                if attempts.current.count < 4 { throw Unavailable() }
+        try await withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
+            let attempts = Locked<[MonotonicInstant]>([])
+            let start = clock.now()
+            let retrying = Task(executorPreference: clock.taskExecutor) {
+                try await withRetries(attempts: 4, clock: clock.clock) {
+                    attempts.withLock { $0.append(clock.now()) }
+                    if attempts.current.count < 4 { throw Unavailable() }
+                }
             }
+            await clock.settle()
+            #expect(attempts.current == [start], "the first attempt runs at once")
+            await clock.advanceAndSettle(by: .milliseconds(999))
+            #expect(attempts.current.count == 1)
+            await clock.advanceAndSettle(by: .milliseconds(1))
+            #expect(attempts.current.count == 2)
+            await clock.advanceAndSettle(by: .seconds(6))
+            #expect(attempts.current.map { $0 - start } == [.zero, .seconds(1), .seconds(3), .seconds(7)])
+            try await retrying.value
         }
-        await clock.settle()
-        #expect(attempts.current == [start], "the first attempt runs at once")
-        await clock.advanceAndSettle(by: .milliseconds(999))
-        #expect(attempts.current.count == 1)
-        await clock.advanceAndSettle(by: .milliseconds(1))
-        #expect(attempts.current.count == 2)
-        await clock.advanceAndSettle(by: .seconds(6))
-        #expect(attempts.current.map { $0 - start } == [.zero, .seconds(1), .seconds(3), .seconds(7)])
-        try await retrying.value
     }
 
     @Test func advanceFiresDeadlinesThatResumedTasksSetInsideTheWindow() async {
-        let watchdog = Watchdog()
-        defer { watchdog.disarm() }
-        let clock = ManualBackend(registry: TimerRegistry())
-        defer { clock.shutdown() }
-        let wakes = Locked<[Duration]>([])
-        let start = clock.now()
-        let task = Task(executorPreference: clock.taskExecutor) {
-            for _ in 0..<5 {
-                try? await clock.clock.sleep(for: .milliseconds(100))
-                wakes.withLock { $0.append(clock.now() - start) }
+        await withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
+            let wakes = Locked<[Duration]>([])
+            let start = clock.now()
+            let task = Task(executorPreference: clock.taskExecutor) {
+                for _ in 0..<5 {
+                    try? await clock.clock.sleep(for: .milliseconds(100))
+                    wakes.withLock { $0.append(clock.now() - start) }
+                }
             }
+            await clock.advanceAndSettle(by: .milliseconds(350))
+            #expect(wakes.current == [.milliseconds(100), .milliseconds(200), .milliseconds(300)])
+            await clock.advanceAndSettle(by: .seconds(1))
+            await task.value
+            #expect(wakes.current.count == 5)
         }
-        await clock.advanceAndSettle(by: .milliseconds(350))
-        #expect(wakes.current == [.milliseconds(100), .milliseconds(200), .milliseconds(300)])
-        await clock.advanceAndSettle(by: .seconds(1))
-        await task.value
-        #expect(wakes.current.count == 5)
     }
 
     @Test func settleWaitsForTasksSuspendedOnAnythingAndReturnsAtOnceWhenIdle() async {
-        let watchdog = Watchdog()
-        defer { watchdog.disarm() }
-        let clock = ManualBackend(registry: TimerRegistry())
-        defer { clock.shutdown() }
-        await clock.settle()  // nothing has run on the executor: idle at once
-        let progress = Locked(0)
-        let parked = Locked<UnsafeContinuation<Void, Never>?>(nil)
-        let gate = DispatchSemaphore(value: 0)
-        let task = Task(executorPreference: clock.taskExecutor) {
-            progress.withLock { $0 = 1 }
-            gate.wait()  // busy on the executor's thread: settle waits it out
-            progress.withLock { $0 = 2 }
-            // Suspended on something other than the clock, until the test lets it go.
-            await withUnsafeContinuation { continuation in parked.withLock { $0 = continuation } }
-            progress.withLock { $0 = 3 }
+        await withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            defer { clock.shutdown() }
+            await clock.settle()  // nothing has run on the executor: idle at once
+            let progress = Locked(0)
+            let parked = Locked<UnsafeContinuation<Void, Never>?>(nil)
+            let gate = DispatchSemaphore(value: 0)
+            let task = Task(executorPreference: clock.taskExecutor) {
+                progress.withLock { $0 = 1 }
+                gate.wait()  // busy on the executor's thread: settle waits it out
+                progress.withLock { $0 = 2 }
+                // Suspended on something other than the clock, until the test lets it go.
+                await withUnsafeContinuation { continuation in parked.withLock { $0 = continuation } }
+                progress.withLock { $0 = 3 }
+            }
+            // The job is running, and is let go only once settle is waiting: so settle provably
+            // waits out a running job (a settle that returned early is never counted as waiting).
+            _ = waitFor(.seconds(10)) { progress.current == 1 }
+            onBackgroundThread {
+                _ = waitFor(.seconds(10)) { clock.taskExecutor.settleWaiterCount == 1 }
+                gate.signal()
+            }
+            await clock.settle()
+            #expect(progress.current == 2, "settled: the task is suspended, waiting for something other than the clock")
+            parked.withLock { $0.take() }?.resume()
+            await task.value
+            #expect(progress.current == 3)
         }
-        // The job is running, and is let go only once settle is waiting: so settle provably
-        // waits out a running job (a settle that returned early is never counted as waiting).
-        _ = waitFor(.seconds(10)) { progress.current == 1 }
-        onBackgroundThread {
-            _ = waitFor(.seconds(10)) { clock.taskExecutor.settleWaiterCount == 1 }
-            gate.signal()
-        }
-        await clock.settle()
-        #expect(progress.current == 2, "settled: the task is suspended, waiting for something other than the clock")
-        parked.withLock { $0.take() }?.resume()
-        await task.value
-        #expect(progress.current == 3)
     }
 
     @Test func tasksKeepRunningAfterTheBackendShutsDown() async {
-        let watchdog = Watchdog()
-        defer { watchdog.disarm() }
-        let clock = ManualBackend(registry: TimerRegistry())
-        let task = Task(executorPreference: clock.taskExecutor) {
-            try? await clock.clock.sleep(for: .seconds(10))
-            return "woken"
+        await withWatchdog {
+            let clock = ManualBackend(registry: TimerRegistry())
+            let task = Task(executorPreference: clock.taskExecutor) {
+                try? await clock.clock.sleep(for: .seconds(10))
+                return "woken"
+            }
+            await clock.settle()
+            clock.shutdown()  // the sleep's timer is cancelled: the task goes on, elsewhere
+            #expect(await task.value == "woken")
         }
-        await clock.settle()
-        clock.shutdown()  // the sleep's timer is cancelled: the task goes on, elsewhere
-        #expect(await task.value == "woken")
     }
 }
 

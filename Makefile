@@ -115,15 +115,21 @@ api-check: setup
 # cooperative pool for a minute or more while async tests wait their turn (seen: a 97 s run, and
 # watchdogs at 120 s in a fresh-clone CI run): its watchdogs wait 10 times as long, still
 # minutes, not CI's cut-off.
+# The library's contract run through keys goes in a process of its own under the sanitizers: one
+# process running both ways created about 20,000 threads (a thread per check and per harness loop)
+# and ThreadSanitizer's runtime crashed in its own tracing at thread 19,964 in a CI run.
+KEYED_CONTRACT := 'ConformanceTests/contractThroughKeys'
 TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=10
 ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp TIMERKIT_WATCHDOG_SCALE=4
 
 tsan: setup
-	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --skip $(TRAIT_TESTS)
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --skip $(TRAIT_TESTS) --skip $(KEYED_CONTRACT)
+	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --filter $(KEYED_CONTRACT)
 	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --filter $(TRAIT_TESTS)
 
 asan: setup
-	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --skip $(TRAIT_TESTS)
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --skip $(TRAIT_TESTS) --skip $(KEYED_CONTRACT)
+	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --filter $(KEYED_CONTRACT)
 	$(ASAN_ENV) $(SWIFT) test --sanitize=address $(TRAITS) --scratch-path .build-asan --filter $(TRAIT_TESTS)
 
 # The backend comparison with defaults: the tables on the terminal, charts in timerkit-report.html,

@@ -47,8 +47,8 @@
         /// reads the statistics and takes what they gained under this lock, in one go, so that
         /// no two reports take the same gain. The lock is taken before the backend's own (which
         /// reading `statistics` takes), never under them, and no user code runs under it.
-        private let state: Mutex<State>
-        private let timer = Mutex<TimerHandle?>(nil)
+        private let state: Locked<State>
+        private let timer = Locked<TimerHandle?>(nil)
         /// Where reports are published (and the periodic ones taken): off the loop, one at a time,
         /// in the order they were taken, which is the order they were queued in.
         private let reports = DispatchQueue(label: "timerkit.metrics-reporter")
@@ -93,7 +93,7 @@
                 delayed: Counter(label: "timerkit_missed_ticks", dimensions: dimensions + [("policy", "delay")], factory: factory),
                 lateness: HistogramSeries(name: "timerkit_lateness", dimensions: dimensions, factory: factory),
                 handlerTime: HistogramSeries(name: "timerkit_handler_duration", dimensions: dimensions, factory: factory))
-            state = Mutex(State(previous: backend.statistics))
+            state = Locked(State(previous: backend.statistics))
             if let interval {
                 let reporter = WeakReporter(self)
                 let reports = self.reports
@@ -294,7 +294,7 @@
         private let count: Counter
         /// The `le` series made so far, by bound in nanoseconds. Made outside the lock (the factory
         /// is user code), on the reporter's queue only, so no two are made for one bound.
-        private let bounds = Mutex<[Int64: Counter]>([:])
+        private let bounds = Locked<[Int64: Counter]>([:])
 
         init(name: String, dimensions: [(String, String)], factory: any MetricsFactory) {
             bucketLabel = name + "_bucket"
@@ -331,14 +331,14 @@
     /// The periodic report's reference to its reporter: the backend's timer must not keep the
     /// reporter alive, or `deinit` (which stops it) would never run.
     private final class WeakReporter: Sendable {
-        private let reference: Mutex<WeakBox>
+        private let reference: Locked<WeakBox>
 
         private struct WeakBox: @unchecked Sendable {
             // @unchecked: only read and written under `reference`'s lock.
             weak var reporter: TimerMetricsReporter?
         }
 
-        init(_ reporter: TimerMetricsReporter) { reference = Mutex(WeakBox(reporter: reporter)) }
+        init(_ reporter: TimerMetricsReporter) { reference = Locked(WeakBox(reporter: reporter)) }
 
         var reporter: TimerMetricsReporter? { reference.withLock { $0.reporter } }
     }

@@ -333,8 +333,8 @@
     private final class WeakReporter: Sendable {
         private let reference: Locked<WeakBox>
 
+        // @unchecked: only read and written under `reference`'s lock.
         private struct WeakBox: @unchecked Sendable {
-            // @unchecked: only read and written under `reference`'s lock.
             weak var reporter: TimerMetricsReporter?
         }
 

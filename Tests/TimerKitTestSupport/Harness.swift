@@ -141,8 +141,8 @@ final class CallerRunLoop: @unchecked Sendable {
     private let cfRunLoop: CFRunLoop
     private let loop: OwnedLoop
 
+    // @unchecked: thread-safe CF objects, handed over once at start-up.
     private struct Refs: @unchecked Sendable {
-        // @unchecked: thread-safe CF objects, handed over once at start-up.
         let backend: RunLoopBackend
         let runLoop: RunLoop
         let cfRunLoop: CFRunLoop

@@ -210,6 +210,24 @@ struct DisplayLinkTests {
         #expect(link.statistics.framesDropped == 0)
     }
 
+    /// A steady link costs the vsync thread one system call per frame, the wait: its timerfd
+    /// repeats on the link's grid, and is re-armed only when the next deadline is off that grid.
+    /// Before, every frame also re-armed it.
+    @Test func aSteadyLinkCostsOneWaitPerFrameAndNoRearm() throws {
+        let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
+        defer { source.shutdown() }
+        let log = FrameLog()
+        let link = try source.addLink(action: log.record)
+        defer { link.invalidate() }
+        #expect(waitFor { log.count >= 3 })
+        let before = (source.loopCounts.waits, source.loopCounts.rearms, log.count)
+        #expect(waitFor { log.count >= before.2 + 40 })
+        let waits = source.loopCounts.waits - before.0
+        let rearms = source.loopCounts.rearms - before.1
+        #expect(waits >= 40, "a wait per frame: \(waits)")
+        #expect(rearms <= 2, "the grid repeats without a re-arm: \(rearms) re-arms in \(waits) wake-ups")
+    }
+
     /// A plain timer on a source keeps its own deadline: it is not moved to a vsync.
     @Test func aPlainTimerOnASourceKeepsItsDeadline() throws {
         let source = try DisplaySource(refreshRate: 1, priority: .normal, registry: TimerRegistry())

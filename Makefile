@@ -15,7 +15,7 @@ FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Ben
 	TimerKitNIO/Package.swift TimerKitNIO/Sources TimerKitNIO/Tests \
 	TimerKitObservability/Package.swift TimerKitObservability/Sources TimerKitObservability/Tests
 DOCS_OUT    := .build/docs
-MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance
+MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitURing TimerKitConformance
 
 .PHONY: all setup build lint format test test-nio test-observability check-conformance docs-nio docs-observability tsan tsan-nio asan asan-nio bench-quick bench-check check-dependencies demo docs benchmarks clean
 

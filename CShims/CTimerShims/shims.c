@@ -40,6 +40,11 @@ int ctk_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
 }
 
+long ctk_timer_slack(void) {
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    return slack >= 0 ? (long)slack : -errno;
+}
+
 int ctk_gettid(void) { return (int)gettid(); }
 
 int ctk_set_thread_name(const char *name) {

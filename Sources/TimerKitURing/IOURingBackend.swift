@@ -111,11 +111,16 @@ public final class IOURingBackend: TimerBackend, @unchecked Sendable {
                     }
                     // A ring made for one issuer takes its submissions from this thread only.
                     if startError == nil, let failure = ring.enable() { startError = failure }
+                    // Each io_uring_enter then skips looking the ring's descriptor up (Linux 5.18
+                    // and later; without it, the descriptor is used as it is).
+                    if startError == nil { _ = io_uring_register_ring_fd(ring.ring) }
                     started.send((options.priority.applyToCurrentThread(), ctk_gettid(), startError))
                     guard startError == nil else { return }
                     do throws(TimerError) { try state.run(loop) } catch {
                         scheduler.fail(with: error)  // the ring and eventfd stay open until shutdown()
                     }
+                    // On the thread that registered it: `close()` may run on another.
+                    _ = io_uring_unregister_ring_fd(ring.ring)
                 },
                 release: { state.close() })
         } catch {

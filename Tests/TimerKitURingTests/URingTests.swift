@@ -34,7 +34,9 @@ struct URingTests {
             let (waits, rearms, fires) = (counts.waits - before.0, counts.rearms - before.1, fired.current - before.2)
             #expect(waits >= 100, "the loop woke for the timers: \(waits) wake-ups")
             #expect(fires >= 2 * waits, "a group fires in one wake-up: \(fires) fires in \(waits) wake-ups")
-            #expect(rearms <= waits, "at most one timeout move per wake-up: \(rearms) in \(waits)")
+            // +1: the window may open between a move and the wait it goes to sleep with (seen:
+            // 882 moves in 881 wake-ups).
+            #expect(rearms <= waits + 1, "at most one timeout move per wake-up: \(rearms) in \(waits)")
         }
     }
 

@@ -31,6 +31,9 @@ int ctk_epoll_pwait2(int epfd, uint64_t *tokens, int max_tokens, const struct ti
 /// prctl(PR_SET_TIMERSLACK, ns) for the calling thread (prctl is variadic).
 int ctk_set_timer_slack(unsigned long nanoseconds);
 
+/// prctl(PR_GET_TIMERSLACK): the calling thread's timer slack in nanoseconds, or -errno.
+long ctk_timer_slack(void);
+
 /// The kernel thread id of the calling thread (for /proc/self/task/TID and setpriority).
 int ctk_gettid(void);
 

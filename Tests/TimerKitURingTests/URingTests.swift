@@ -170,3 +170,39 @@ struct URingUnavailableTests {
         }
     }
 }
+
+/// The fallback the "Choosing a backend" article shows (the code between the markers is the
+/// article's: DocumentationTests compares them), on this machine and on machines without
+/// io_uring and without `epoll_pwait2`, simulated in a child process (the hooks are
+/// process-wide).
+@Suite("The article's fallback")
+struct ArticleFallbackTests {
+    static func choose() throws -> any TimerBackend {
+        // article: fallback
+        let backend: any TimerBackend =
+            IOURingBackend.unavailableReason == nil
+            ? try IOURingBackend()
+            : try EpollBackend(options: .init(waitMode: EpollBackend.supportsEpollPwait2 ? .epollPwait2 : .timerfd))
+        // end
+        return backend
+    }
+
+    @Test func itTakesIOURingThenEpollPwait2ThenTheTimerfd() async {
+        await #expect(processExitsWith: .success) {
+            func mode(_ backend: any TimerBackend) -> String {
+                defer { backend.shutdown() }
+                if backend is IOURingBackend { return "uring" }
+                return (backend as? EpollBackend).map { "\($0.waitMode)" } ?? "other"
+            }
+            let pwait2 = EpollBackend.supportsEpollPwait2 ? "epoll_pwait2" : "timerfd"
+            guard let here = try? mode(Self.choose()), here == (IOURingBackend.unavailableReason == nil ? "uring" : pwait2) else {
+                exit(2)
+            }
+            IOURingBackend.simulatedSetupErrno.store(ENOSYS, ordering: .relaxed)
+            guard let noURing = try? mode(Self.choose()), noURing == pwait2 else { exit(3) }
+            EpollBackend.simulatedPwait2Errno.store(ENOSYS, ordering: .relaxed)
+            guard let neither = try? mode(Self.choose()), neither == "timerfd" else { exit(4) }
+            exit(0)
+        }
+    }
+}

@@ -32,6 +32,9 @@ def main(path, bench):
         problems.append("no machine object")
     elif MACHINE - report["machine"].keys():
         problems.append(f"machine lacks {sorted(MACHINE - report['machine'].keys())}")
+    # Backends this machine cannot run are named with the reason, so a run without them says so.
+    if not isinstance(report.get("left_out"), dict):
+        problems.append("no left_out object")
     results = report.get("results", [])
     known = [line.split() for line in subprocess.run([bench, "--list-backends", "--quick"], capture_output=True, text=True, check=True).stdout.splitlines()]
     expected = {"latency": set(), "throughput": set()}

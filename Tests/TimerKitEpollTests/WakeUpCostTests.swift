@@ -29,8 +29,8 @@ struct WakeUpCostTests {
     }
 
     /// Before: 2 re-arms and 1 read per wake-up (a group of 3 timers due together).
-    @Test func aWakeUpIsTheWaitAndAtMostOneRearm() throws {
-        try withWatchdog {
+    @Test func aWakeUpIsTheWaitAndAtMostOneRearm() async throws {
+        try await withWatchdog { () async throws in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
             let cost = try Self.measure(backend)
@@ -42,9 +42,9 @@ struct WakeUpCostTests {
     }
 
     /// In epollPwait2 mode the wait is the whole cost: no timerfd to re-arm or read.
-    @Test func aPwait2WakeUpIsTheWaitAlone() throws {
+    @Test func aPwait2WakeUpIsTheWaitAlone() async throws {
         if try BackendKind.epollPwait2.checkedUnavailable("the wake-up cost") { return }
-        try withWatchdog {
+        try await withWatchdog { () async throws in
             let backend = try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
             defer { backend.shutdown() }
             let cost = try Self.measure(backend)
@@ -55,43 +55,47 @@ struct WakeUpCostTests {
 
     /// Promise (`Options.timerSlack`): in epollPwait2 mode the loop thread's slack is 1 ns unless
     /// the options say otherwise, since the kernel delays every wait by it.
-    @Test func thePwait2LoopThreadHasMinimalTimerSlack() throws {
+    @Test func thePwait2LoopThreadHasMinimalTimerSlack() async throws {
         if try BackendKind.epollPwait2.checkedUnavailable("the timer-slack check") { return }
-        // Read on the loop thread itself, by a handler: /proc/self/task/TID has no
-        // timerslack_ns (only a process's directory has one).
-        func slack(_ backend: EpollBackend) throws -> Int {
-            let seen = Locked(-1)
-            let done = DispatchSemaphore(value: 0)
-            try backend.schedule(.after(.milliseconds(1))) { _ in
-                seen.withLock { $0 = ctk_timer_slack() }
-                done.signal()
+        try await withWatchdog { () async throws in
+            // Read on the loop thread itself, by a handler: /proc/self/task/TID has no
+            // timerslack_ns (only a process's directory has one).
+            func slack(_ backend: EpollBackend) throws -> Int {
+                let seen = Locked(-1)
+                let done = DispatchSemaphore(value: 0)
+                try backend.schedule(.after(.milliseconds(1))) { _ in
+                    seen.withLock { $0 = ctk_timer_slack() }
+                    done.signal()
+                }
+                #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
+                return seen.current
             }
-            #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
-            return seen.current
+            let pwait2 = try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
+            defer { pwait2.shutdown() }
+            #expect(try slack(pwait2) == 1)
+            let chosen = try EpollBackend(options: .init(timerSlack: .microseconds(20), waitMode: .epollPwait2), registry: TimerRegistry())
+            defer { chosen.shutdown() }
+            #expect(try slack(chosen) == 20_000)
+            let timerfd = try EpollBackend(registry: TimerRegistry())
+            defer { timerfd.shutdown() }
+            #expect(try slack(timerfd) > 1, "the timerfd mode keeps the kernel's default")
         }
-        let pwait2 = try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
-        defer { pwait2.shutdown() }
-        #expect(try slack(pwait2) == 1)
-        let chosen = try EpollBackend(options: .init(timerSlack: .microseconds(20), waitMode: .epollPwait2), registry: TimerRegistry())
-        defer { chosen.shutdown() }
-        #expect(try slack(chosen) == 20_000)
-        let timerfd = try EpollBackend(registry: TimerRegistry())
-        defer { timerfd.shutdown() }
-        #expect(try slack(timerfd) > 1, "the timerfd mode keeps the kernel's default")
     }
 
     /// Another thread's earlier deadline wakes a pwait2 loop that sleeps with a later one.
-    @Test func aPwait2LoopWakesForAnotherThreadsEarlierDeadline() throws {
+    @Test func aPwait2LoopWakesForAnotherThreadsEarlierDeadline() async throws {
         if try BackendKind.epollPwait2.checkedUnavailable("the cross-thread wake-up") { return }
-        let backend = try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
-        defer { backend.shutdown() }
-        try backend.schedule(.after(.seconds(3600))) { _ in }
-        blockRealTime(.milliseconds(20))  // the loop is asleep until the hour
-        let fired = DispatchSemaphore(value: 0)
-        onBackgroundThread {
-            _ = try? backend.schedule(.after(.milliseconds(5))) { _ in fired.signal() }
+        try await withWatchdog { () async throws in
+            let backend = try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
+            defer { backend.shutdown() }
+            try backend.schedule(.after(.seconds(3600))) { _ in }
+            blockRealTime(.milliseconds(20))  // the loop is asleep until the hour
+            let fired = DispatchSemaphore(value: 0)
+            onBackgroundThread {
+                _ = try? backend.schedule(.after(.milliseconds(5))) { _ in fired.signal() }
+            }
+            #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
         }
-        #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
     }
 
     /// A kernel without epoll_pwait2 (simulated: before 5.11 the call fails with ENOSYS) makes

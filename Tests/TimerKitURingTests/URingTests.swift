@@ -13,9 +13,9 @@ import TimerKitURing
 struct URingTests {
     /// Promise (`IOURingBackend`'s overview): a wake-up is one `io_uring_enter`, which moves the
     /// timeout at the most once. Groups of timers due together make most wake-ups fire several.
-    @Test func aWakeUpIsOneEnterThatMovesTheTimeoutAtMostOnce() throws {
+    @Test func aWakeUpIsOneEnterThatMovesTheTimeoutAtMostOnce() async throws {
         if try BackendKind.uring.checkedUnavailable("the wake-up cost") { return }
-        try withWatchdog {
+        try await withWatchdog { () async throws in
             let backend = try IOURingBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
             let start = backend.now() + .milliseconds(20)
@@ -42,30 +42,34 @@ struct URingTests {
         }
     }
 
-    @Test func theLoopSleepsWhileNothingIsDue() throws {
+    @Test func theLoopSleepsWhileNothingIsDue() async throws {
         if try BackendKind.uring.checkedUnavailable("the idle check") { return }
-        let backend = try IOURingBackend(registry: TimerRegistry())
-        defer { backend.shutdown() }
-        try backend.schedule(.after(.seconds(3600))) { _ in }
-        blockRealTime(.milliseconds(50))  // the loop moves its timeout to the hour once
-        let before = try #require(voluntarySwitches(threadID: backend.loopThreadID))
-        blockRealTime(.milliseconds(300))
-        let after = try #require(voluntarySwitches(threadID: backend.loopThreadID))
-        #expect(after - before <= 1)
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            try backend.schedule(.after(.seconds(3600))) { _ in }
+            blockRealTime(.milliseconds(50))  // the loop moves its timeout to the hour once
+            let before = try #require(voluntarySwitches(threadID: backend.loopThreadID))
+            blockRealTime(.milliseconds(300))
+            let after = try #require(voluntarySwitches(threadID: backend.loopThreadID))
+            #expect(after - before <= 1)
+        }
     }
 
-    @Test func handlersRunOnTheLoopThread() throws {
+    @Test func handlersRunOnTheLoopThread() async throws {
         if try BackendKind.uring.checkedUnavailable("the loop-thread check") { return }
-        let backend = try IOURingBackend(options: .init(threadName: "tk-test-uring"), registry: TimerRegistry())
-        defer { backend.shutdown() }
-        let seen = Locked<Int32>(0)
-        let done = DispatchSemaphore(value: 0)
-        try backend.schedule(.after(.milliseconds(1))) { _ in
-            seen.withLock { $0 = ctk_gettid() }
-            done.signal()
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(options: .init(threadName: "tk-test-uring"), registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let seen = Locked<Int32>(0)
+            let done = DispatchSemaphore(value: 0)
+            try backend.schedule(.after(.milliseconds(1))) { _ in
+                seen.withLock { $0 = ctk_gettid() }
+                done.signal()
+            }
+            #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(seen.current == backend.loopThreadID)
         }
-        #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
-        #expect(seen.current == backend.loopThreadID)
     }
 
     /// Another thread's earlier deadline wakes a loop that sleeps with a later one (or none).

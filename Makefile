@@ -20,22 +20,24 @@ EXAMPLES    := IdleTimeoutServer Debounce FrameLoop TestingWithVirtualTime
 FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Package.swift Bench/Package.swift Benchmarks/Package.swift \
 	$(foreach example,$(EXAMPLES),Examples/$(example)/Package.swift Examples/$(example)/Sources $(wildcard Examples/$(example)/Tests))
 DOCS_OUT    := .build/docs
-MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitConformance TimerKitNIO TimerKitObservability
+MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitURing TimerKitConformance TimerKitNIO TimerKitObservability
 
 .PHONY: all setup setup-valgrind build lint format test check-conformance check-consumers examples api-check tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
-# libevent-dev is needed by the libevent backend. Installed only when missing.
+# libevent-dev is needed by the libevent backend, liburing-dev by the io_uring backend. Each is
+# installed only when pkg-config does not find it.
 setup:
-	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libevent; then \
-		echo "setup: installing libevent-dev and pkg-config"; \
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libevent || ! pkg-config --exists liburing; then \
+		echo "setup: installing libevent-dev, liburing-dev and pkg-config"; \
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
-		else echo "setup: libevent-dev is missing and this user cannot install it (run as root or install libevent-dev)" >&2; exit 1; fi; \
+		else echo "setup: libevent-dev or liburing-dev is missing and this user cannot install it (run as root or install both)" >&2; exit 1; fi; \
 		$$SUDO apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libevent-dev pkg-config >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libevent-dev liburing-dev pkg-config >/dev/null; \
 	fi
 	@pkg-config --exists libevent || { echo "setup: libevent still not found by pkg-config" >&2; exit 1; }
+	@pkg-config --exists liburing || { echo "setup: liburing still not found by pkg-config" >&2; exit 1; }
 
 # valgrind counts instructions per store operation for bench-check. Installed only when missing.
 setup-valgrind:

@@ -23,8 +23,12 @@ let package = Package(
         .library(name: "TimerKit", targets: ["TimerKit"]),
         .library(name: "TimerKitEpoll", targets: ["TimerKitEpoll"]),
         .library(name: "TimerKitLibevent", targets: ["TimerKitLibevent"]),
+        // The io_uring backend: needs liburing (Debian: liburing-dev), found by pkg-config.
+        .library(name: "TimerKitURing", targets: ["TimerKitURing"]),
         // libevent's C API, for programs that make the event_base a LibeventBackend attaches to.
         .library(name: "CLibevent", targets: ["CLibevent"]),
+        // liburing's C API, for the bench's raw io_uring baseline.
+        .library(name: "CLibURing", targets: ["CLibURing"]),
         // The backend contract as checks a backend's own test target runs (Swift Testing).
         .library(name: "TimerKitConformance", targets: ["TimerKitConformance"]),
         // Trait NIO: NIOBackend, TimerKit's timers on a SwiftNIO event loop.
@@ -57,6 +61,14 @@ let package = Package(
             providers: [.apt(["libevent-dev"])]
         ),
         .target(name: "TimerKitLibevent", dependencies: ["TimerKit", "CLibevent"], swiftSettings: swift6),
+        .systemLibrary(
+            name: "CLibURing",
+            path: "CShims/CLibURing",
+            pkgConfig: "liburing",
+            providers: [.apt(["liburing-dev"])]
+        ),
+        // It shares TimerKitEpoll's thread options (ThreadPriority) and loop bookkeeping.
+        .target(name: "TimerKitURing", dependencies: ["TimerKit", "TimerKitEpoll", "CLibURing", "CTimerShims"], swiftSettings: swift6),
         // For test targets only: it imports the toolchain's Testing.
         .target(name: "TimerKitConformance", dependencies: ["TimerKit", "TimerKitEpoll"], swiftSettings: swift6),
         // What TimerKit's own test targets share: its backend configurations (`BackendKind`), the
@@ -66,7 +78,8 @@ let package = Package(
         .target(
             name: "TimerKitTestSupport",
             dependencies: [
-                "TimerKit", "TimerKitEpoll", "TimerKitLibevent", "CLibevent", "CTimerShims", "TimerKitConformance", "CTestEnvironment",
+                "TimerKit", "TimerKitEpoll", "TimerKitLibevent", "TimerKitURing", "CLibevent", "CTimerShims", "TimerKitConformance",
+                "CTestEnvironment",
             ],
             path: "Tests/TimerKitTestSupport",
             swiftSettings: swift6
@@ -76,6 +89,9 @@ let package = Package(
             name: "TimerKitEpollTests", dependencies: ["TimerKitEpoll", "CTimerShims", "TimerKitTestSupport"], swiftSettings: swift6),
         .testTarget(
             name: "TimerKitLibeventTests", dependencies: ["TimerKitLibevent", "CLibevent", "TimerKitTestSupport"], swiftSettings: swift6),
+        .testTarget(
+            name: "TimerKitURingTests", dependencies: ["TimerKitURing", "TimerKitEpoll", "CTimerShims", "TimerKitTestSupport"],
+            swiftSettings: swift6),
         .testTarget(
             name: "BackendConformanceTests",
             dependencies: ["TimerKit", "TimerKitConformance", "TimerKitTestSupport"],

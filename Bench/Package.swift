@@ -27,6 +27,8 @@ let package = Package(
                 .product(name: "TimerKitEpoll", package: "TimerKit"),
                 .product(name: "TimerKitLibevent", package: "TimerKit"),
                 .product(name: "CLibevent", package: "TimerKit"),
+                .product(name: "TimerKitURing", package: "TimerKit"),
+                .product(name: "CLibURing", package: "TimerKit"),
                 "CBenchSystem",
                 "BenchStatistics",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

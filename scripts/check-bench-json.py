@@ -17,7 +17,7 @@ FIRST_FIRE = {"scenario", "backend", "samples", "lateness_us", "p50_us"}
 IDLE = {"scenario", "backend", "seconds", "wakeups", "wakeups_above_baseline", "wakeups_per_second_above_baseline"}
 DISPLAY = {"scenario", "backend", "refresh_hz", "frames", "dropped", "priority", "jitter_us", "lateness_us", "lateness_p50_us"}
 # Each scenario's figures with an interval: every one must carry the interval's keys and its slices.
-TIMERKIT_BACKENDS = {"epoll", "libevent", "dispatch", "runloop", "nio"}
+TIMERKIT_BACKENDS = {"epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop", "nio"}
 ESTIMATES = {"latency": ["p50_us"], "throughput": ["schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"],
              "first-fire": ["p50_us"], "fanout": ["cpu_ns_per_fire_estimate"], "idle": ["wakeups_per_second_above_baseline"],
              "display": ["lateness_p50_us"], "async": ["p50_us"]}
@@ -32,6 +32,9 @@ def main(path, bench):
         problems.append("no machine object")
     elif MACHINE - report["machine"].keys():
         problems.append(f"machine lacks {sorted(MACHINE - report['machine'].keys())}")
+    # Backends this machine cannot run are named with the reason, so a run without them says so.
+    if not isinstance(report.get("left_out"), dict):
+        problems.append("no left_out object")
     results = report.get("results", [])
     known = [line.split() for line in subprocess.run([bench, "--list-backends", "--quick"], capture_output=True, text=True, check=True).stdout.splitlines()]
     expected = {"latency": set(), "throughput": set()}

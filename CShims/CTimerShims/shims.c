@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int ctk_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
@@ -19,8 +20,29 @@ int ctk_epoll_wait(int epfd, uint64_t *tokens, int max_tokens, int timeout_ms) {
     return n;
 }
 
+int ctk_epoll_pwait2(int epfd, uint64_t *tokens, int max_tokens, const struct timespec *timeout) {
+#ifdef SYS_epoll_pwait2
+    struct epoll_event events[16];
+    if (max_tokens > 16) max_tokens = 16;
+    // The raw system call: glibc's wrapper is newer than some of the C libraries TimerKit
+    // builds against, and the kernel's answer (ENOSYS before 5.11) is what callers ask for.
+    long n = syscall(SYS_epoll_pwait2, epfd, events, max_tokens, timeout, NULL, 0);
+    if (n < 0) return -errno;
+    for (long i = 0; i < n; i++) tokens[i] = events[i].data.u64;
+    return (int)n;
+#else
+    (void)epfd; (void)tokens; (void)max_tokens; (void)timeout;
+    return -ENOSYS;
+#endif
+}
+
 int ctk_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : -errno;
+}
+
+long ctk_timer_slack(void) {
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    return slack >= 0 ? (long)slack : -errno;
 }
 
 int ctk_gettid(void) { return (int)gettid(); }

@@ -42,6 +42,10 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// source does not tick while it has no running link: its timerfd is disarmed and its
 /// thread sleeps.
 ///
+/// A frame costs the thread one system call, the blocking read that is its wait: the timerfd
+/// repeats by the gap between the last two deadlines, so a steady link's next frame needs no
+/// re-arm, and a deadline off that grid is re-armed once, as the thread goes back to sleep.
+///
 /// A source is also a `TimerBackend`: a plain timer scheduled on it (not a link) keeps its
 /// own deadline, not the vsync grid, and runs on the vsync thread at its priority.
 ///
@@ -52,8 +56,9 @@ public struct DisplayLinkStatistics: Sendable, Equatable {
 /// }
 /// ```
 public final class DisplaySource: TimerBackend, @unchecked Sendable {
-    // @unchecked: `timerFD`, `loop` and the figures below are set in init and never change;
-    // the counters and the armed deadline are atomic.
+    // @unchecked: `loop` and the figures below are set in init and never change; the counters
+    // are atomic, and what the vsync thread and `wake(at:)` share is in `vsync`, which guards
+    // itself.
 
     /// The refresh rate, in Hz.
     public let refreshRate: Int
@@ -67,15 +72,16 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     /// The vsync thread's kernel thread id.
     public let threadID: Int32
     private let periodNanoseconds: UInt64
-    private let timerFD: Int32
+    private let vsync: VsyncTimer
     private let loop: OwnedLoop
     private let counters = Counters()
+
+    /// What the vsync thread asked of the kernel, for tests and the bench.
+    package var loopCounts: LoopCounts { vsync.counts }
 
     private final class Counters: Sendable {
         let droppedVsyncs = Atomic<Int>(0)
         let wakeUps = Atomic<Int>(0)
-        /// The deadline the timerfd is armed for, in ns; `UInt64.max` when disarmed.
-        let armedFor = Atomic<UInt64>(.max)
     }
 
     // A pthread mutex rather than Synchronization.Mutex, which ThreadSanitizer misreads.
@@ -105,7 +111,8 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         // Blocking: the vsync thread sleeps in read(2) on it, and a disarmed timerfd never wakes it.
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC))
         guard fd >= 0 else { throw .systemCall(call: "timerfd_create", errno: errno) }
-        timerFD = fd
+        let vsync = VsyncTimer(fd: fd)
+        self.vsync = vsync
         start = MonotonicInstant.now() + .nanoseconds(Int64(periodNanoseconds))
         let scheduler = TimerScheduler(backendName: "display@\(refreshRate)Hz", registry: registry)
         self.scheduler = scheduler
@@ -115,10 +122,11 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
         do throws(TimerError) {
             loop = try OwnedLoop(
                 { loop in
+                    vsync.loopThread.store(UInt(pthread_self()), ordering: .releasing)
                     nameCurrentThread("TimerKit.vsync")
                     started.send((priority.applyToCurrentThread(minimalTimerSlack: true), ctk_gettid()))
                     do throws(TimerError) {
-                        try Self.runVsync(loop, fd: fd, period: periodNanoseconds, counters: counters, scheduler: scheduler)
+                        try Self.runVsync(loop, vsync: vsync, period: periodNanoseconds, counters: counters, scheduler: scheduler)
                     } catch {
                         scheduler.fail(with: error)  // the timerfd stays open until shutdown()
                     }
@@ -202,20 +210,22 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     /// Ends every link, stops and joins the vsync thread and closes the timerfd.
     public func shutdown() {
         scheduler.shutdown()
-        let fd = timerFD
+        let fd = vsync.fd
         // An expiry at once wakes a vsync thread that sleeps with the timerfd disarmed.
         loop.stop { try? armTimerFD(fd, at: MonotonicInstant(nanoseconds: 1)) }
     }
 
     private static func runVsync(
-        _ loop: OwnedLoop, fd: Int32, period: UInt64, counters: Counters, scheduler: TimerScheduler
+        _ loop: OwnedLoop, vsync: VsyncTimer, period: UInt64, counters: Counters, scheduler: TimerScheduler
     ) throws(TimerError) {
         while !loop.isStopping {
+            try vsync.applyRequest()
             var expirations: UInt64 = 0
-            try retryingInterrupts("read(timerfd)") { errnoResult(read(fd, &expirations, 8)) }
+            try retryingInterrupts("read(timerfd)") { errnoResult(read(vsync.fd, &expirations, 8)) }
+            vsync.counts.countWait()
             if loop.isStopping { return }
             counters.wakeUps.add(1, ordering: .relaxed)
-            let due = counters.armedFor.load(ordering: .relaxed)
+            let due = vsync.expired(expirations)
             let now = MonotonicInstant.now().nanoseconds
             if due != .max && now > due { counters.droppedVsyncs.add(Int((now - due) / period), ordering: .relaxed) }
             scheduler.fireDueTimers()
@@ -224,12 +234,74 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
 }
 
 @_spi(BackendImplementation) extension DisplaySource: TimerDriver {
-    /// Arms the timerfd for exactly `deadline`, once: links' deadlines are on the vsync grid,
-    /// so the thread wakes for the frames links take and for no other; a plain timer's
-    /// deadline is kept as it is. `.distantFuture` (nothing running) disarms it.
+    /// Arms the timerfd for exactly `deadline`: links' deadlines are on the vsync grid, so the
+    /// thread wakes for the frames links take and for no other; a plain timer's deadline is kept
+    /// as it is. `.distantFuture` (nothing running) disarms it. From the vsync thread the request
+    /// is recorded and applied as the thread goes back to sleep (once, and not at all when the
+    /// repeating timerfd already expires there); from another thread it is armed at once.
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try armTimerFD(timerFD, at: deadline)
-        counters.armedFor.store(deadline == .distantFuture ? .max : deadline.nanoseconds, ordering: .relaxed)
+        try vsync.request(deadline == .distantFuture ? .max : deadline.nanoseconds)
+    }
+}
+
+/// The vsync thread's timerfd and what the kernel will do with it. Kept apart from the source
+/// so that the vsync thread never holds the source.
+private final class VsyncTimer: @unchecked Sendable {
+    // @unchecked: `fd` never changes; the other stored properties are guarded by `lock`;
+    // `counts` and `loopThread` guard themselves.
+    let fd: Int32
+    let counts = LoopCounts()
+    let loopThread = Atomic<UInt>(0)
+    private let lock = PThreadMutex()
+    /// The scheduler's latest request (`.max`: nothing to wait for).
+    private var requested: UInt64 = .max
+    /// The next expiry the kernel will deliver (`.max`: none), and the timerfd's interval.
+    private var next: UInt64 = .max
+    private var interval: UInt64 = 0
+    /// The expiry the thread last woke for: the start of the gap a re-arm repeats by.
+    private var lastDue: UInt64 = .max
+
+    init(fd: Int32) { self.fd = fd }
+
+    func request(_ key: UInt64) throws(TimerError) {
+        lock.lock()
+        defer { lock.unlock() }
+        requested = key
+        guard loopThread.load(ordering: .relaxed) != UInt(pthread_self()), key != next else { return }
+        try arm(key, every: 0)
+    }
+
+    /// Before the thread sleeps: arms the timerfd for the latest request unless it expires
+    /// there already, repeating by the gap since the last expiry (a steady link's next frame).
+    func applyRequest() throws(TimerError) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard requested != next else { return }
+        let gap = requested != .max && lastDue != .max && requested > lastDue ? requested - lastDue : 0
+        try arm(requested, every: gap)
+        counts.countRearm()
+    }
+
+    /// After a read of `expirations`: the expiry the thread woke for, and the kernel's next.
+    func expired(_ expirations: UInt64) -> UInt64 {
+        lock.lock()
+        defer { lock.unlock() }
+        let due = next
+        guard due != .max else { return .max }  // another thread disarmed it meanwhile
+        if interval == 0 {
+            next = .max
+            lastDue = due
+        } else {
+            lastDue = due + (max(expirations, 1) - 1) * interval
+            next = lastDue + interval
+        }
+        return due
+    }
+
+    private func arm(_ key: UInt64, every gap: UInt64) throws(TimerError) {
+        try armTimerFD(fd, at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key), period: key == .max ? 0 : gap)
+        next = key
+        interval = key == .max ? 0 : gap
     }
 }
 

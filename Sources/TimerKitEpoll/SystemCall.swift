@@ -10,7 +10,7 @@ import Glibc
 /// a descriptor or buffer it does not own, a bug that no input can cause and that must not
 /// be papered over (the descriptor number may belong to someone else by now).
 @discardableResult
-func retryingInterrupts(_ call: String, _ body: () -> Int) throws(TimerError) -> Int {
+package func retryingInterrupts(_ call: String, _ body: () -> Int) throws(TimerError) -> Int {
     while true {
         let result = body()
         if result >= 0 { return result }
@@ -24,7 +24,7 @@ func retryingInterrupts(_ call: String, _ body: () -> Int) throws(TimerError) ->
 
 /// A libc call's result in the `-errno` convention `retryingInterrupts` takes.
 @inline(__always)
-func errnoResult(_ result: Int) -> Int { result < 0 ? -Int(errno) : result }
+package func errnoResult(_ result: Int) -> Int { result < 0 ? -Int(errno) : result }
 
 /// Arms an absolute CLOCK_MONOTONIC timerfd for `deadline`, repeating every `period` if
 /// given; `.distantFuture` disarms it.

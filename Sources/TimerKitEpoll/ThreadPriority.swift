@@ -12,7 +12,7 @@ public enum ThreadPriority: Sendable, Equatable {
     /// the process is not permitted (SCHED_FIFO needs root or CAP_SYS_NICE).
     case realtime(Int32)
 
-    func validate() throws(TimerError) {
+    package func validate() throws(TimerError) {
         switch self {
         case .normal: break
         case let .nice(value) where !(-20...19).contains(value):
@@ -31,6 +31,11 @@ public struct ObtainedPriority: Sendable, Equatable, CustomStringConvertible {
     public let priority: ThreadPriority
     /// Why it is not what was asked for (e.g. "SCHED_FIFO: errno 1 (EPERM)"), nil if it is.
     public let fallbackReason: String?
+
+    package init(priority: ThreadPriority, fallbackReason: String?) {
+        self.priority = priority
+        self.fallbackReason = fallbackReason
+    }
 
     public var description: String {
         let base: String
@@ -83,7 +88,7 @@ func applyPriority(_ requested: ThreadPriority) -> ObtainedPriority {
 }
 
 /// Sets the calling thread's timer slack (the kernel's default is 50 µs; 1 ns is the least).
-func applyTimerSlack(_ slack: Duration) throws(TimerError) {
+package func applyTimerSlack(_ slack: Duration) throws(TimerError) {
     let ns = max(1, slack.saturatingNanoseconds)
     let rc = ctk_set_timer_slack(UInt(ns))
     if rc != 0 { throw .systemCall(call: "prctl(PR_SET_TIMERSLACK)", errno: -rc) }

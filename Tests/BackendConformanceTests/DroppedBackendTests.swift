@@ -11,8 +11,9 @@ import TimerKitTestSupport
 /// after unlocking, so a backend's `deinit` never runs under its lock).
 @Suite("Backends dropped without shutdown")
 struct DroppedBackendTests {
-    @Test(arguments: ["dispatch", "epoll", "libevent", "runLoop"])
+    @Test(arguments: ["dispatch", "epoll", "epollPwait2", "libevent", "runLoop", "uring"])
     func aBusyBackendDroppedWithoutShutdownEndsItsTimers(_ kind: String) throws {
+        if let own = BackendKind(rawValue: kind), try own.checkedUnavailable("dropping a busy backend") { return }
         try withWatchdog {
             for _ in 0..<20 {
                 let registry = TimerRegistry()
@@ -32,6 +33,8 @@ struct DroppedBackendTests {
     private static func make(_ kind: String, _ registry: TimerRegistry) throws -> any TimerBackend {
         switch kind {
         case "epoll": try EpollBackend(registry: registry)
+        case "epollPwait2": try BackendKind.epollPwait2.makeOwnLoopBackend(registry)
+        case "uring": try BackendKind.uring.makeOwnLoopBackend(registry)
         case "libevent": try LibeventBackend(registry: registry)
         case "runLoop": try RunLoopBackend(registry: registry)
         default: DispatchBackend(registry: registry)

@@ -7,6 +7,7 @@ import Testing
 @_exported import TimerKitConformance
 import TimerKitEpoll
 import TimerKitLibevent
+import TimerKitURing
 
 /// TimerKit's own backend configurations, which its conformance suite runs every check on.
 /// A new backend (or a new way to attach one) joins by adding a case.
@@ -16,6 +17,8 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
     /// A Dispatch backend whose queue targets a serial queue of the caller's.
     case dispatchOnCallerQueue
     case epoll
+    /// The epoll backend waiting in `epoll_pwait2`, with no timerfd.
+    case epollPwait2
     case libevent
     case libeventAttached
     case runLoop
@@ -23,6 +26,8 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
     /// The "Writing a backend" article's example, pumped by a loop of the caller's: the
     /// implementor surface alone meets the whole contract.
     case pumped
+    /// The io_uring backend.
+    case uring
 
     public var testDescription: String { rawValue }
 
@@ -40,6 +45,7 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
                 return .init(DispatchBackend(queue: queue, registry: registry), callerContext: { queue.async(execute: $0) })
             }
         case .epoll: .epoll
+        case .epollPwait2: BackendUnderTest(rawValue) { .init(try EpollBackend(options: .init(waitMode: .epollPwait2), registry: $0)) }
         case .libevent: BackendUnderTest(rawValue) { .init(try LibeventBackend(registry: $0)) }
         case .libeventAttached:
             BackendUnderTest(rawValue) { registry in
@@ -59,7 +65,52 @@ public enum BackendKind: String, CaseIterable, Codable, Sendable, CustomTestStri
                 let loop = try CallerPumpLoop(backend)
                 return .init(backend, callerContext: loop.perform, teardown: loop.stop)
             }
+        case .uring: BackendUnderTest(rawValue) { .init(try IOURingBackend(registry: $0)) }
         }
+    }
+
+    /// A backend of a configuration with a loop of its own (epoll, epollPwait2, uring), made
+    /// directly, with nothing else holding it: for tests that drop it.
+    public func makeOwnLoopBackend(_ registry: TimerRegistry) throws -> any TimerBackend {
+        switch self {
+        case .epollPwait2: try EpollBackend(options: .init(waitMode: .epollPwait2), registry: registry)
+        case .uring: try IOURingBackend(registry: registry)
+        default: try EpollBackend(registry: registry)
+        }
+    }
+
+    /// Why this configuration cannot run on this machine (io_uring disabled, a kernel without
+    /// `epoll_pwait2`), or nil. With `TIMERKIT_TEST_IO_URING=unavailable` in the environment the
+    /// io_uring backend's set-up fails as on a kernel without io_uring (ENOSYS), so that a
+    /// machine where it works runs the path of one where it does not.
+    public var unavailableReason: String? {
+        switch self {
+        case .uring: BackendKind.uringUnavailableReason
+        case .epollPwait2: EpollBackend.pwait2Unavailability
+        default: nil
+        }
+    }
+
+    private static let uringUnavailableReason: String? = {
+        if ProcessInfo.processInfo.environment["TIMERKIT_TEST_IO_URING"] == "unavailable" {
+            IOURingBackend.simulatedSetupErrno.store(ENOSYS, ordering: .relaxed)
+        }
+        return IOURingBackend.unavailableReason
+    }()
+
+    /// On a configuration that cannot run here, checks what it does instead: making it throws
+    /// `TimerError.unavailable` with the reason, and leaves no descriptor or thread behind; then
+    /// records a warning that says `what` was not run, and returns true. False when it can run.
+    public func checkedUnavailable(_ what: String) throws -> Bool {
+        guard let reason = unavailableReason else { return false }
+        do {
+            try makeHarness().shutdown()
+            Issue.record("\(rawValue) is unavailable (\(reason)) but was made all the same")
+        } catch let error as TimerError {
+            #expect(error == .unavailable(backend: rawValue == "uring" ? "io_uring" : "epoll", reason: reason))
+        }
+        Issue.record("\(what) not run on \(rawValue): \(reason); checked its typed error instead", severity: .warning)
+        return true
     }
 
     /// Makes the backend with a registry of its own; the harness's watchdog runs until

@@ -115,3 +115,22 @@ extension DocumentationTests {
         #expect(server.contains("TimerCallback") && server.contains("private var timer: TimerKey?"))
     }
 }
+
+extension DocumentationTests {
+    /// The "Choosing a backend" article's fallback is the code ArticleFallbackTests runs
+    /// (TimerKitURingTests), line for line up to indentation.
+    @Test func theChoosingABackendArticleShowsTheTestedFallback() throws {
+        let article = try String(
+            contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/ChoosingABackend.md"), encoding: .utf8)
+        let tests = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitURingTests/URingTests.swift"), encoding: .utf8)
+        func lines(_ text: Substring) -> [String] {
+            text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
+        let section = try #require(article.range(of: "## Many timers with deadlines of their own")).upperBound
+        let blockStart = try #require(article.range(of: "```swift\n", range: section..<article.endIndex)).upperBound
+        let blockEnd = try #require(article.range(of: "```", range: blockStart..<article.endIndex)).lowerBound
+        let markerStart = try #require(tests.range(of: "// article: fallback\n")).upperBound
+        let markerEnd = try #require(tests.range(of: "// end", range: markerStart..<tests.endIndex)).lowerBound
+        #expect(lines(article[blockStart..<blockEnd]) == lines(tests[markerStart..<markerEnd]))
+    }
+}

@@ -100,7 +100,7 @@ struct RunBench: ParsableCommand {
         help: "NIO tasks an hour away to keep on every NIO loop measured (nio and nio-raw), as a server's connections keep theirs.")
     var nioBackgroundTasks = 0
 
-    @Flag(help: "Leave out the raw native baselines (libevent-raw, dispatch-raw, foundation-raw) in throughput and fan-out.")
+    @Flag(help: "Leave out the raw native baselines (libevent-raw, uring-raw, dispatch-raw, foundation-raw) in throughput and fan-out.")
     var noRaw = false
 
     @Option(help: "Also write a self-contained HTML report with charts to this file.")
@@ -131,6 +131,7 @@ struct RunBench: ParsableCommand {
     func validate() throws {
         let known = Set(allBackends.map(\.name))
         for name in backendNames where !known.contains(name) {
+            if let reason = unavailableBackends[name] { throw ValidationError("backend '\(name)' cannot run on this machine: \(reason)") }
             throw ValidationError("unknown backend '\(name)'; known: \(allBackends.map(\.name).joined(separator: ", "))")
         }
         for count in timers where !(1...50_000_000).contains(count) {
@@ -170,6 +171,8 @@ struct RunBench: ParsableCommand {
                 if rawFanoutBaselines.contains(baseline.name) { scenarios.append("fanout") }
                 print("\(baseline.name) \(scenarios.joined(separator: ","))")
             }
+            // Fan-out only: a raw io_uring program, one timeout per timer.
+            if unavailableBackends[URingRawFanout.name] == nil { print("\(URingRawFanout.name) fanout") }
             return
         }
         nioBackgroundTaskCount.store(nioBackgroundTasks, ordering: .relaxed)

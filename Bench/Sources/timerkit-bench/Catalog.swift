@@ -2,6 +2,7 @@ import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
 import TimerKitNIO
+import TimerKitURing
 
 /// A subject the bench can measure: a TimerKit backend, or a baseline with no TimerKit code.
 struct BenchBackend: Sendable {
@@ -44,9 +45,25 @@ struct BenchBackend: Sendable {
 }
 
 /// Everything the bench compares, in report order. A new backend joins by adding itself here.
-let allBackends: [BenchBackend] = [
+/// A backend this machine cannot run (io_uring disabled, a kernel without `epoll_pwait2`) is
+/// left out, and `unavailableBackends` says why.
+let allBackends: [BenchBackend] = knownBackends.filter { unavailableBackends[$0.name] == nil }
+
+/// Backends the bench knows but this machine cannot run, with the reason.
+let unavailableBackends: [String: String] = {
+    var reasons: [String: String] = [:]
+    if let reason = IOURingBackend.unavailableReason { reasons["uring"] = reason }
+    if !EpollBackend.supportsEpollPwait2 { reasons["epoll-pwait2"] = "epoll_pwait2 needs Linux 5.11 or later" }
+    if IOURingBackend.unavailableReason != nil { reasons["uring-raw"] = reasons["uring"] }
+    return reasons
+}()
+
+private let knownBackends: [BenchBackend] = [
     .baseline("floor", runTimerfdFloor),
     .backend("epoll") { try EpollBackend(registry: $0) },
+    // The epoll backend with no timerfd: the wait's own timeout (Linux 5.11 and later).
+    .backend("epoll-pwait2") { try EpollBackend(options: .init(waitMode: .epollPwait2), registry: $0) },
+    .backend("uring") { try IOURingBackend(registry: $0) },
     .backend("libevent") { try LibeventBackend(registry: $0) },
     .backend("dispatch") { DispatchBackend(registry: $0) },
     .backend("runloop") { try RunLoopBackend(registry: $0) },

@@ -41,7 +41,7 @@ func processCPUNanoseconds() -> UInt64 {
 private let fanoutPeriod: Int64 = 100_000_000
 
 /// The raw baselines that also run the fan-out (with no --backend filter and no --no-raw).
-let rawFanoutBaselines: Set<String> = ["libevent-raw", NIOPeer.name]
+let rawFanoutBaselines: Set<String> = ["libevent-raw", URingRawFanout.name, NIOPeer.name]
 
 /// One subject of the fan-out: sets its timers up and runs one measured slice.
 private struct FanoutSubject {
@@ -85,6 +85,12 @@ func runFanout(
     if includeRaw {
         subjects.append(
             FanoutSubject(name: "libevent-raw", toleranceUs: 0) { try runRawLibeventFanout(timers: timers, seconds: $0, into: $1) })
+        if unavailableBackends[URingRawFanout.name] == nil {
+            subjects.append(
+                FanoutSubject(name: URingRawFanout.name, toleranceUs: 0) {
+                    try URingRawFanout.run(timers: timers, period: UInt64(fanoutPeriod), seconds: $0, into: $1)
+                })
+        }
         subjects.append(
             FanoutSubject(name: NIOPeer.name, toleranceUs: 0) {
                 try NIOPeer.fanout(timers: timers, period: fanoutPeriod, seconds: $0, into: $1)
@@ -102,7 +108,7 @@ func runFanout(
         let periods = tally.seconds * 1e9 / Double(fanoutPeriod)
         return FanoutResult(
             backend: subject.name, timers: timers, toleranceUs: subject.toleranceUs,
-            jitterUs: subject.name == "libevent-raw" || subject.name == NIOPeer.name ? 0 : jitter.microseconds, herd: herd,
+            jitterUs: rawFanoutBaselines.contains(subject.name) ? 0 : jitter.microseconds, herd: herd,
             fires: tally.fires, peakFiresPerMs: periods > 0 ? Double(tally.phases.max() ?? 0) / periods : 0,
             cpuNsPerFire: tally.fires > 0 ? Double(tally.cpuNs) / Double(tally.fires) : 0, latenessUs: lateness,
             maxLatenessOverToleranceUs: lateness.max - subject.toleranceUs,

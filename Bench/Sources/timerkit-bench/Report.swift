@@ -124,6 +124,8 @@ struct BenchReport: Codable {
     var arguments: [String]?
     /// NIO tasks an hour away kept on every NIO loop measured (`--nio-background-tasks`).
     var nioBackgroundTasks: Int
+    /// Backends this machine could not run, with the reason: a run without them says so.
+    var leftOut: [String: String] = unavailableBackends
     var results: [BenchResult]
 
     /// A run saved with `--json`.
@@ -144,6 +146,7 @@ struct BenchReport: Codable {
     func table() -> String {
         var out = "TimerKit bench on \(machine.cpu), \(machine.cores) cores, Linux \(machine.kernel)\n"
         if nioBackgroundTasks > 0 { out += "every NIO loop (nio, nio-raw) also held \(nioBackgroundTasks) NIO tasks an hour away\n" }
+        for (name, reason) in leftOut.sorted(by: { $0.key < $1.key }) { out += "left out: \(name): \(reason)\n" }
         let latency = results.compactMap { if case let .latency(r) = $0 { r } else { nil } }
         if !latency.isEmpty {
             // Read every figure against the floor when it ran, else against the best backend.

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <stdint.h>
+#include <time.h>
 #include <pthread.h>
 
 // The functions below exist only where Swift cannot call the C API itself. Each returns
@@ -22,8 +23,16 @@ int ctk_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
 /// epoll_wait into a plain array of tokens. Returns the number of ready tokens, or -errno.
 int ctk_epoll_wait(int epfd, uint64_t *tokens, int max_tokens, int timeout_ms);
 
+/// epoll_pwait2 (Linux 5.11+) into a plain array of tokens: `timeout` is relative, to the
+/// nanosecond, NULL waits indefinitely. Returns the number of ready tokens, or -errno (-ENOSYS
+/// on an older kernel).
+int ctk_epoll_pwait2(int epfd, uint64_t *tokens, int max_tokens, const struct timespec *timeout);
+
 /// prctl(PR_SET_TIMERSLACK, ns) for the calling thread (prctl is variadic).
 int ctk_set_timer_slack(unsigned long nanoseconds);
+
+/// prctl(PR_GET_TIMERSLACK): the calling thread's timer slack in nanoseconds, or -errno.
+long ctk_timer_slack(void);
 
 /// The kernel thread id of the calling thread (for /proc/self/task/TID and setpriority).
 int ctk_gettid(void);

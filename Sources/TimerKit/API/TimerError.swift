@@ -42,6 +42,10 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     /// `TimerRegistry/limitLiveTimers(to:)`). `scope` is whose cap: "epoll backend",
     /// "registry", …
     case liveTimerLimit(scope: String, limit: Int)
+    /// The backend cannot run on this machine: `reason` says what is missing (a kernel without
+    /// io_uring, io_uring disabled by `/proc/sys/kernel/io_uring_disabled` or forbidden by a
+    /// sandbox, `epoll_pwait2` before Linux 5.11). Nothing was started and nothing is leaked.
+    case unavailable(backend: String, reason: String)
 
     public var description: String {
         switch self {
@@ -63,6 +67,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .systemCall(call, errno): "\(call) failed: errno \(errno) (\(String(cString: strerror(errno))))"
         case let .nativeFailure(backend, call): "\(backend): \(call) failed"
         case let .liveTimerLimit(scope, limit): "the \(scope) already has its limit of \(limit) live timers"
+        case let .unavailable(backend, reason): "the \(backend) backend cannot run here: \(reason)"
         }
     }
 
@@ -86,6 +91,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let (.systemCall(c1, e1), .systemCall(c2, e2)): return c1 == c2 && e1 == e2
         case let (.nativeFailure(b1, c1), .nativeFailure(b2, c2)): return b1 == b2 && c1 == c2
         case let (.liveTimerLimit(s1, l1), .liveTimerLimit(s2, l2)): return s1 == s2 && l1 == l2
+        case let (.unavailable(b1, r1), .unavailable(b2, r2)): return b1 == b2 && r1 == r2
         default: return false
         }
     }

@@ -1,0 +1,77 @@
+import Glibc
+import Synchronization
+@_spi(BackendImplementation) import TimerKit
+
+/// What a loop thread asked of the kernel: its waits, its re-arms of a native timer and the
+/// reads it made. A test reads them to hold a backend to one re-arm per wake-up at the most; the
+/// bench reads them to report system calls per wake-up.
+package final class LoopCounts: Sendable {
+    private let waitCount = Atomic<Int>(0)
+    private let rearmCount = Atomic<Int>(0)
+    private let readCount = Atomic<Int>(0)
+
+    package init() {}
+
+    /// Waits that returned (`epoll_wait`, `epoll_pwait2`, `io_uring_enter`, a timerfd `read`).
+    package var waits: Int { waitCount.load(ordering: .relaxed) }
+    /// Re-arms of the native timer (`timerfd_settime`, an io_uring timeout added or moved) the
+    /// loop thread made.
+    package var rearms: Int { rearmCount.load(ordering: .relaxed) }
+    /// Other system calls the loop thread made for a wake-up (a `read` of the timerfd).
+    package var reads: Int { readCount.load(ordering: .relaxed) }
+
+    // Only the loop thread adds, so a load and a store do: no read-modify-write on its path.
+    @inline(__always) package func countWait() { waitCount.store(waitCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
+    @inline(__always) package func countRearm() { rearmCount.store(rearmCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
+    @inline(__always) package func countRead() { readCount.store(readCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
+}
+
+/// The wake-up requests of a loop that sets its own wait: the scheduler's latest request, and
+/// whether the loop sleeps and until when. The loop thread's own requests (made while it fires
+/// timers) are only recorded, and it applies the last one as it goes to sleep; another thread's
+/// request wakes the loop only when the loop sleeps past it. `PThreadMutex` rather than a
+/// Synchronization.Mutex: ThreadSanitizer sees it. Uncontended (no other thread touching the
+/// backend), a lock costs no system call.
+package final class SleepGate: @unchecked Sendable {
+    // @unchecked: every stored property is read and written under `lock`.
+    private let lock = PThreadMutex()
+    private var requested: UInt64 = .max
+    private var asleep = false
+    private var sleepingUntil: UInt64 = .max
+
+    package init() {}
+
+    /// Records the scheduler's request (`.max`: nothing to wait for) and says whether the
+    /// caller must wake the loop: it sleeps, and past `deadline`.
+    package func request(_ deadline: UInt64) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        requested = deadline
+        guard asleep, deadline < sleepingUntil else { return false }
+        sleepingUntil = deadline  // a later request for the same wake-up needs no second signal
+        return true
+    }
+
+    /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken).
+    package func goingToSleep() -> UInt64 {
+        lock.lock()
+        defer { lock.unlock() }
+        asleep = true
+        sleepingUntil = requested
+        return requested
+    }
+
+    /// Called by the loop when its wait returns: requests made from now on are read before
+    /// it sleeps again.
+    package func awake() {
+        lock.lock()
+        asleep = false
+        lock.unlock()
+    }
+}
+
+/// A deadline in nanoseconds as the relative wait `epoll_pwait2` takes, from `now`.
+package func timespecUntil(_ deadline: UInt64, now: UInt64) -> timespec {
+    let wait = deadline > now ? deadline - now : 0
+    return timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
+}

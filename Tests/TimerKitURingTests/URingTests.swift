@@ -1,0 +1,212 @@
+import CTimerShims
+import Foundation
+import Testing
+@_spi(BackendImplementation) import TimerKit
+import TimerKitEpoll
+import TimerKitTestSupport
+import TimerKitURing
+
+/// The io_uring backend's own promises. Where io_uring cannot run (a kernel without it,
+/// `/proc/sys/kernel/io_uring_disabled`, a sandbox; or `TIMERKIT_TEST_IO_URING=unavailable`),
+/// each test checks the typed error instead and says so in a warning.
+@Suite("io_uring backend")
+struct URingTests {
+    /// Promise (`IOURingBackend`'s overview): a wake-up is one `io_uring_enter`, which moves the
+    /// timeout at the most once. Groups of timers due together make most wake-ups fire several.
+    @Test func aWakeUpIsOneEnterThatMovesTheTimeoutAtMostOnce() async throws {
+        if try BackendKind.uring.checkedUnavailable("the wake-up cost") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let start = backend.now() + .milliseconds(20)
+            let fired = Counter()
+            for group in 0..<50 {
+                for _ in 0..<3 {
+                    try backend.schedule(.every(.milliseconds(20), startingAt: start + .microseconds(300 * group))) { _ in
+                        fired.increment()
+                    }
+                }
+            }
+            blockRealTime(.milliseconds(60))
+            let counts = backend.loopCounts
+            let before = (counts.waits, counts.rearms, fired.current)
+            // Until 200 wake-ups, not for a fixed time: under ThreadSanitizer on a loaded
+            // machine 400 ms gave 98.
+            waitFor { counts.waits - before.0 >= 200 }
+            let (waits, rearms, fires) = (counts.waits - before.0, counts.rearms - before.1, fired.current - before.2)
+            #expect(waits >= 100, "the loop woke for the timers: \(waits) wake-ups")
+            #expect(fires >= 2 * waits, "a group fires in one wake-up: \(fires) fires in \(waits) wake-ups")
+            // +1: the window may open between a move and the wait it goes to sleep with (seen:
+            // 882 moves in 881 wake-ups).
+            #expect(rearms <= waits + 1, "at most one timeout move per wake-up: \(rearms) in \(waits)")
+        }
+    }
+
+    @Test func theLoopSleepsWhileNothingIsDue() async throws {
+        if try BackendKind.uring.checkedUnavailable("the idle check") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            try backend.schedule(.after(.seconds(3600))) { _ in }
+            blockRealTime(.milliseconds(50))  // the loop moves its timeout to the hour once
+            let before = try #require(voluntarySwitches(threadID: backend.loopThreadID))
+            blockRealTime(.milliseconds(300))
+            let after = try #require(voluntarySwitches(threadID: backend.loopThreadID))
+            #expect(after - before <= 1)
+        }
+    }
+
+    @Test func handlersRunOnTheLoopThread() async throws {
+        if try BackendKind.uring.checkedUnavailable("the loop-thread check") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(options: .init(threadName: "tk-test-uring"), registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let seen = Locked<Int32>(0)
+            let done = DispatchSemaphore(value: 0)
+            try backend.schedule(.after(.milliseconds(1))) { _ in
+                seen.withLock { $0 = ctk_gettid() }
+                done.signal()
+            }
+            #expect(done.wait(timeout: .now() + .seconds(10)) == .success)
+            #expect(seen.current == backend.loopThreadID)
+        }
+    }
+
+    /// Another thread's earlier deadline wakes a loop that sleeps with a later one (or none).
+    @Test(arguments: [true, false])
+    func schedulingFromOtherThreadsWakesTheLoopForAnEarlierDeadline(_ withLaterTimer: Bool) throws {
+        if try BackendKind.uring.checkedUnavailable("the cross-thread wake-up") { return }
+        let backend = try IOURingBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        if withLaterTimer { try backend.schedule(.after(.seconds(3600))) { _ in } }
+        blockRealTime(.milliseconds(20))  // the loop is asleep
+        let fired = DispatchSemaphore(value: 0)
+        onBackgroundThread {
+            _ = try? backend.schedule(.after(.milliseconds(5))) { _ in fired.signal() }
+        }
+        #expect(fired.wait(timeout: .now() + .seconds(10)) == .success)
+    }
+
+    @Test func outOfRangeOptionsAreRefused() {
+        #expect(throws: TimerError.negativeDuration(parameter: "timerSlack", value: .milliseconds(-1))) {
+            try IOURingBackend(options: .init(timerSlack: .milliseconds(-1)), registry: TimerRegistry())
+        }
+        let error = #expect(throws: TimerError.self) { try IOURingBackend(options: .init(priority: .nice(20)), registry: TimerRegistry()) }
+        guard case .invalidOption(let option, _, _) = error else {
+            Issue.record("expected invalidOption, got \(String(describing: error))")
+            return
+        }
+        #expect(option == "nice")
+    }
+
+    /// With room for 0 and 1 of the 2 descriptors the backend needs, each attempt is a typed
+    /// error naming the call that failed, and leaves no descriptor behind.
+    @Test(arguments: [(0, "io_uring_setup"), (1, "eventfd")])
+    func runningOutOfDescriptorsIsATypedErrorAndLeaksNothing(_ room: Int, _ failingCall: String) async throws {
+        if try BackendKind.uring.checkedUnavailable("the descriptor check") { return }
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [room, failingCall] in
+            reportWithRoomForDescriptors(room) {
+                do throws(TimerError) {
+                    _ = try IOURingBackend(registry: TimerRegistry())
+                    return 10  // should have thrown
+                } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
+                    return 0
+                } catch {
+                    FileHandle.standardError.write(Data("failed otherwise: \(error)\n".utf8))
+                    return 20
+                }
+            }
+            exit(0)
+        }
+        expectOutcome(result)
+    }
+}
+
+/// The path of a machine without io_uring, taken on this one through the set-up failure the
+/// test hook or `TIMERKIT_TEST_IO_URING=unavailable` simulates. In child processes: the hook is
+/// process-wide.
+@Suite("io_uring unavailable")
+struct URingUnavailableTests {
+    /// Before the hook, a machine with io_uring could not run this path at all.
+    @Test(arguments: [(ENOSYS, "this kernel has no io_uring"), (EPERM, "/proc/sys/kernel/io_uring_disabled is")])
+    func aSetUpFailureIsATypedErrorNamingTheReasonAndStartsNothing(_ code: Int32, _ phrase: String) async {
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [code, phrase] in
+            warmUpDispatch()
+            IOURingBackend.simulatedSetupErrno.store(code, ordering: .relaxed)
+            let descriptors = openLoopDescriptors()
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0
+            let registry = TimerRegistry()
+            do throws(TimerError) {
+                _ = try IOURingBackend(registry: registry)
+                exit(2)
+            } catch .unavailable(let backend, let reason) {
+                FileHandle.standardError.write(Data("reason: \(reason)\n".utf8))
+                guard backend == "io_uring", reason.contains("errno \(code)"), reason.contains(phrase) else { exit(3) }
+                guard IOURingBackend.unavailableReason == reason else { exit(4) }
+            } catch {
+                FileHandle.standardError.write(Data("failed otherwise: \(error)\n".utf8))
+                exit(5)
+            }
+            guard openLoopDescriptors() == descriptors else { exit(6) }
+            let after = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0
+            guard after <= threads, registry.count == 0 else { exit(7) }
+            exit(0)
+        }
+        let report = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(result?.exitStatus == .exitCode(0), "\(report)")
+    }
+
+    /// `TIMERKIT_TEST_IO_URING=unavailable` makes the test support take the typed-error path on
+    /// a machine where io_uring works: what a whole `make test` run does with it set.
+    @Test func theEnvironmentSwitchSimulatesAMachineWithoutIOURing() async {
+        await #expect(processExitsWith: .success) {
+            setenv("TIMERKIT_TEST_IO_URING", "unavailable", 1)
+            guard let reason = BackendKind.uring.unavailableReason, reason.contains("errno \(ENOSYS)") else { exit(2) }
+            do {
+                _ = try BackendKind.uring.makeOwnLoopBackend(TimerRegistry())
+                exit(3)
+            } catch let error as TimerError {
+                guard error == .unavailable(backend: "io_uring", reason: reason) else { exit(4) }
+            } catch {
+                exit(5)
+            }
+            exit(0)
+        }
+    }
+}
+
+/// The fallback the "Choosing a backend" article shows (the code between the markers is the
+/// article's: DocumentationTests compares them), on this machine and on machines without
+/// io_uring and without `epoll_pwait2`, simulated in a child process (the hooks are
+/// process-wide).
+@Suite("The article's fallback")
+struct ArticleFallbackTests {
+    static func choose() throws -> any TimerBackend {
+        // article: fallback
+        let backend: any TimerBackend =
+            IOURingBackend.unavailableReason == nil
+            ? try IOURingBackend()
+            : try EpollBackend(options: .init(waitMode: EpollBackend.supportsEpollPwait2 ? .epollPwait2 : .timerfd))
+        // end
+        return backend
+    }
+
+    @Test func itTakesIOURingThenEpollPwait2ThenTheTimerfd() async {
+        await #expect(processExitsWith: .success) {
+            func mode(_ backend: any TimerBackend) -> String {
+                defer { backend.shutdown() }
+                if backend is IOURingBackend { return "uring" }
+                return (backend as? EpollBackend).map { "\($0.waitMode)" } ?? "other"
+            }
+            let pwait2 = EpollBackend.supportsEpollPwait2 ? "epoll_pwait2" : "timerfd"
+            guard let here = try? mode(Self.choose()), here == (IOURingBackend.unavailableReason == nil ? "uring" : pwait2) else {
+                exit(2)
+            }
+            IOURingBackend.simulatedSetupErrno.store(ENOSYS, ordering: .relaxed)
+            guard let noURing = try? mode(Self.choose()), noURing == pwait2 else { exit(3) }
+            EpollBackend.simulatedPwait2Errno.store(ENOSYS, ordering: .relaxed)
+            guard let neither = try? mode(Self.choose()), neither == "timerfd" else { exit(4) }
+            exit(0)
+        }
+    }
+}

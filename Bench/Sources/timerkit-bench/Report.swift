@@ -128,6 +128,25 @@ struct BenchReport: Codable {
     var leftOut: [String: String] = unavailableBackends
     var results: [BenchResult]
 
+    init(machine: MachineInfo, arguments: [String]?, nioBackgroundTasks: Int, leftOut: [String: String] = unavailableBackends, results: [BenchResult]) {
+        self.machine = machine
+        self.arguments = arguments
+        self.nioBackgroundTasks = nioBackgroundTasks
+        self.leftOut = leftOut
+        self.results = results
+    }
+
+    /// A run saved before `left_out` was recorded left nothing out that it knew of: it reads as
+    /// an empty list, not as this machine's.
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        machine = try container.decode(MachineInfo.self, forKey: .machine)
+        arguments = try container.decodeIfPresent([String].self, forKey: .arguments)
+        nioBackgroundTasks = try container.decode(Int.self, forKey: .nioBackgroundTasks)
+        leftOut = try container.decodeIfPresent([String: String].self, forKey: .leftOut) ?? [:]
+        results = try container.decode([BenchResult].self, forKey: .results)
+    }
+
     /// A run saved with `--json`.
     static func load(from path: String) throws -> BenchReport {
         let decoder = JSONDecoder()

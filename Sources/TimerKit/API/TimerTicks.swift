@@ -93,9 +93,21 @@ extension TimerTicks.Iterator: Sendable {}
 private final class TickStream: @unchecked Sendable {
     // @unchecked: the mutable fields are touched only while holding `mutex`, except `timer`,
     // set once in `start` before the stream is shared.
+
+    /// The consumer's wait for its next tick. It lives in the stream, not in an object of its
+    /// own per tick, so that a tick allocates nothing: `next()` opens it (`.opened`), the
+    /// continuation joins it once the task has suspended (`.suspended`), and a tick, the end or
+    /// the task's cancellation settles it; one that comes between the two steps is kept
+    /// (`.settled`) for the continuation to take at once.
+    private enum Wait {
+        case none
+        case opened
+        case suspended(UnsafeContinuation<Tick?, Never>)
+        case settled(Tick?)
+    }
     private let mutex = PThreadMutex()
     private(set) var timer: TimerHandle!
-    private var waiting: OnceContinuation<Tick?>?
+    private var wait = Wait.none
     private var kept: Tick?
     private var hasEnded = false
     private var isClaimed = false
@@ -129,46 +141,81 @@ private final class TickStream: @unchecked Sendable {
             mutex.unlock()
             return nil
         }
-        if waiting != nil {
+        guard case .none = wait else {
             mutex.unlock()
             preconditionFailure("TimerTicks: next() was called while another call of it was waiting; an iterator belongs to one task")
         }
-        let tick = OnceContinuation<Tick?>()
-        waiting = tick
+        wait = .opened
         mutex.unlock()
         // Resumed once the wait is in place: the tick may come at once.
         do throws(TimerError) { try timer.resume() } catch { finish() }
-        let next = (try? await tick.wait(cancelled: .success(nil)) { [timer] in timer?.cancel() }) ?? nil
-        mutex.withLock { if waiting === tick { waiting = nil } }
-        return next
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Tick?, Never>) in
+                mutex.lock()
+                if case .settled(let tick) = wait {
+                    wait = .none
+                    mutex.unlock()
+                    continuation.resume(returning: tick)
+                } else {
+                    wait = .suspended(continuation)
+                    mutex.unlock()
+                }
+            }
+        } onCancel: {
+            // The consumer's task was cancelled: its wait ends with nil, and the timer with it.
+            if settle(nil) { timer?.cancel() }
+        }
+    }
+
+    /// Ends the consumer's wait with `tick`, unless no wait is open or it has been settled.
+    /// Returns whether this call ended it. The continuation resumes outside the lock.
+    @discardableResult
+    private func settle(_ tick: Tick?) -> Bool {
+        mutex.lock()
+        switch wait {
+        case .opened:
+            wait = .settled(tick)
+            mutex.unlock()
+            return true
+        case .suspended(let continuation):
+            wait = .none
+            mutex.unlock()
+            continuation.resume(returning: tick)
+            return true
+        case .none, .settled:
+            mutex.unlock()
+            return false
+        }
     }
 
     /// The timer's handler, on the backend's loop: hands the tick to the waiting consumer.
     func deliver(_ tick: Tick) {
         try? tick.timer.suspend()  // no further tick until the consumer asks
         mutex.lock()
-        let waiter = waiting
-        waiting = nil
-        if waiter == nil {
-            // Resumed from outside while the consumer was busy: keep the tick for it.
+        switch wait {
+        case .opened:
+            wait = .settled(tick)
+            mutex.unlock()
+        case .suspended(let continuation):
+            wait = .none
+            mutex.unlock()
+            continuation.resume(returning: tick)
+        case .none, .settled:
+            // Resumed from outside while the consumer was busy: keep the tick for it, in the
+            // same critical section, so that a `next()` cannot open a wait in between.
             let passedOver = kept.map { $0.missed + 1 } ?? 0
             kept = Tick(
                 index: tick.index, scheduled: tick.scheduled, actual: tick.actual, missed: tick.missed + passedOver,
                 interval: tick.interval, clock: tick.clock, clockChanged: tick.clockChanged || kept?.clockChanged == true,
                 timer: tick.timer)
+            mutex.unlock()
         }
-        mutex.unlock()
-        waiter?.resolve(.success(tick))
     }
 
     /// The timer ended (counted out, cancelled, backend shut down): the consumer gets nil.
     private func finish() {
-        mutex.lock()
-        hasEnded = true
-        let waiter = waiting
-        waiting = nil
-        mutex.unlock()
-        waiter?.resolve(.success(nil))
+        mutex.withLock { hasEnded = true }
+        settle(nil)
     }
 
     deinit { timer?.cancel() }

@@ -128,7 +128,10 @@ struct BenchReport: Codable {
     var leftOut: [String: String] = unavailableBackends
     var results: [BenchResult]
 
-    init(machine: MachineInfo, arguments: [String]?, nioBackgroundTasks: Int, leftOut: [String: String] = unavailableBackends, results: [BenchResult]) {
+    init(
+        machine: MachineInfo, arguments: [String]?, nioBackgroundTasks: Int, leftOut: [String: String] = unavailableBackends,
+        results: [BenchResult]
+    ) {
         self.machine = machine
         self.arguments = arguments
         self.nioBackgroundTasks = nioBackgroundTasks

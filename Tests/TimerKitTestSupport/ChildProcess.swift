@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import TimerKit
 import TimerKitConformance
 
 /// In a child process (an exit test): runs `attempt` with exactly `room` descriptors free,
@@ -42,6 +43,23 @@ public func reportWithRoomForDescriptors(_ room: Int, _ attempt: () -> Int32) {
             + "\(openedMeanwhile.sorted()) opened meanwhile; again\n"
     }
     FileHandle.standardError.write(Data((report + "outcome: \(outcome)\n").utf8))
+}
+
+/// In a child process: `reportWithRoomForDescriptors` for an attempt to make a backend that
+/// must fail with EMFILE from `failingCall` (outcome 0); made anyway is 10, failed another way
+/// 20, with the error on stderr.
+public func reportMakingWithRoomForDescriptors(_ room: Int, failingCall: String, _ make: () throws(TimerError) -> Void) {
+    reportWithRoomForDescriptors(room) {
+        do throws(TimerError) {
+            try make()
+            return 10
+        } catch .systemCall(let call, let code) where call == failingCall && code == EMFILE {
+            return 0
+        } catch {
+            FileHandle.standardError.write(Data("failed otherwise: \(error)\n".utf8))
+            return 20
+        }
+    }
 }
 
 /// In the parent: expects the child to have reported `outcome: 0`, and shows its report if not.

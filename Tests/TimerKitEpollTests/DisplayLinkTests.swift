@@ -177,10 +177,17 @@ struct DisplayLinkTests {
                 blockRealTime(duration)
                 return try #require(voluntarySwitches(threadID: source.threadID)) - before
             }
-            // Until a 50 ms window without a wake-up (the thread's start-up, or the vsync that finds
-            // nothing due and disarms): a fixed 20 ms was too short at load average 24. A thread that
-            // keeps waking never settles, and the 1 s window then fails.
-            func settle() { waitFor { (try? wakeUps(over: .milliseconds(50))) == 0 } }
+            // The thread is blocked in the kernel ("S"), not runnable and merely starved of CPU.
+            func isAsleep() -> Bool {
+                let status = (try? String(contentsOfFile: "/proc/self/task/\(source.threadID)/status", encoding: .utf8)) ?? ""
+                return status.split(separator: "\n").contains { $0.hasPrefix("State:") && $0.contains("S (sleeping)") }
+            }
+            // Until a 50 ms window without a wake-up that ends with the thread asleep (past its
+            // start-up, or the vsync that finds nothing due and disarms): a fixed 20 ms was too short
+            // at load average 24, and under ThreadSanitizer a thread starved of CPU for 50 ms made no
+            // wake-up either, then woke in the 1 s window. A thread that keeps waking never
+            // settles, and the 1 s window then fails.
+            func settle() { waitFor { (try? wakeUps(over: .milliseconds(50))) == 0 && isAsleep() } }
             settle()
             #expect(try wakeUps(over: .seconds(1)) == 0, "no link: the vsync thread sleeps")
             let log = FrameLog()

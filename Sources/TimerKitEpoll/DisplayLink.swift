@@ -288,6 +288,11 @@ private final class VsyncTimer: @unchecked Sendable {
         defer { lock.unlock() }
         let due = next
         guard due != .max else { return .max }  // another thread disarmed it meanwhile
+        // The request this expiry answers is spent: the scheduler asks again, from this thread,
+        // for whatever it still waits for. Left standing, a request in the past would be armed
+        // again as the thread goes back to sleep, expire at once, and keep the thread waking
+        // with no link running (seen under ThreadSanitizer, for minutes).
+        if requested <= due { requested = .max }
         if interval == 0 {
             next = .max
             lastDue = due

@@ -39,5 +39,5 @@ public enum TimerState: UInt8, Sendable, CustomStringConvertible {
     }
 
     /// Whether the timer has ended (cancelled or finished).
-    public var hasEnded: Bool { self == .cancelled || self == .finished }
+    @inline(__always) public var hasEnded: Bool { self == .cancelled || self == .finished }
 }

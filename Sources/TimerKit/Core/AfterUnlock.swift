@@ -48,7 +48,7 @@ struct AfterUnlock: ~Copyable {
     struct EndedCallback {
         let callback: Unmanaged<AnyObject>
         /// Not retained: a carrier runs inside a method of the scheduler that owns `kinds`.
-        unowned(unsafe) let kinds: CallbackKinds
+        let kinds: Unmanaged<CallbackKinds>
         let key: TimerKey
         let kind: UInt8
         let cause: EndCause
@@ -119,9 +119,15 @@ struct AfterUnlock: ~Copyable {
     }
 
     private static func tell(_ ended: EndedCallback, loopFailure: TimerError?) {
-        let callback = ended.callback.takeRetainedValue()
-        ended.kinds.ended(
-            callback, kind: ended.kind, ended.key, reason: ended.cause.endedReason(loopFailure: loopFailure), fires: ended.fires)
+        // Borrowed, not loaded: a load of either reference would retain and release it again.
+        ended.kinds._withUnsafeGuaranteedRef { kinds in
+            ended.callback._withUnsafeGuaranteedRef { callback in
+                kinds.ended(
+                    callback, kind: ended.kind, ended.key, reason: ended.cause.endedReason(loopFailure: loopFailure),
+                    fires: ended.fires)
+            }
+        }
+        ended.callback.release()
     }
 
     deinit {

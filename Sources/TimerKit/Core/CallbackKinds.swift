@@ -1,54 +1,63 @@
+import Synchronization
+
 /// The callback types of a scheduler's timers scheduled with a key, each named by a byte in
 /// its timers' records (its kind: 1-based, 0 being a `TimerHandle`), so that a record holds its
 /// callback as one plain reference and a call through it needs no closure.
 ///
-/// A type's entry is written once, under the scheduler's lock, before any record holds its
-/// kind, and never changes or moves: a kind read under the lock may be looked up after
-/// unlocking.
+/// A type's entry is written once, under the scheduler's lock, and then published (`published`
+/// is stored with release ordering after it): an entry below the published count is never
+/// written again, so it may be read without the lock, and a schedule finds its callback's kind
+/// before it locks.
 final class CallbackKinds: @unchecked Sendable {
-    // @unchecked: `types` entries are written once under the scheduler's lock before any record
-    // names them and are immutable after; `count` and `last` are touched only under that lock.
+    // @unchecked: `types` is allocated before any entry is published and never moves; an
+    // entry is written once under the scheduler's lock before `published` (an atomic stored
+    // with release ordering) counts it, and readers load `published` with acquire ordering
+    // and read only entries below it.
 
     /// The most callback types one backend's timers may have.
     static let capacity = 255
 
-    private var types: UnsafeMutablePointer<any TimerCallback.Type>?
-    private var count = 0
-    private var last: (type: ObjectIdentifier, kind: UInt8)?
+    private let types: UnsafeMutablePointer<any TimerCallback.Type>
+    private let published = Atomic<Int>(0)
 
-    deinit { types?.deallocate() }
+    init() { types = .allocate(capacity: Self.capacity) }
 
-    /// The kind of `Callback`, made on its first timer. Under the scheduler's lock.
-    /// - Throws: `TimerError.invalidOption` past `capacity` types.
-    @inline(__always)
-    func kind<Callback: TimerCallback>(of type: Callback.Type) throws(TimerError) -> UInt8 {
-        let id = ObjectIdentifier(type)
-        if let last, last.type == id { return last.kind }
-        return try lookUp(type)
+    deinit {
+        types.deinitialize(count: published.load(ordering: .acquiring))
+        types.deallocate()
     }
 
-    private func lookUp(_ type: any TimerCallback.Type) throws(TimerError) -> UInt8 {
+    /// The kind of `type`, if one of this scheduler's timers has had it. Safe without the lock.
+    @inline(__always)
+    func existingKind(of type: any TimerCallback.Type) -> UInt8? {
         let id = ObjectIdentifier(type)
-        let types = self.types ?? .allocate(capacity: Self.capacity)
-        self.types = types
+        let count = published.load(ordering: .acquiring)
         var index = 0
-        while index < count, ObjectIdentifier(types[index]) != id { index += 1 }
-        if index == count {
-            guard count < Self.capacity else {
-                throw .invalidOption(
-                    name: "callback", value: "\(type)", allowed: "at most \(Self.capacity) callback types per backend")
-            }
-            (types + count).initialize(to: type)
-            count += 1
+        while index < count {
+            if ObjectIdentifier(types[index]) == id { return UInt8(index + 1) }
+            index += 1
         }
-        let kind = UInt8(index + 1)
-        last = (id, kind)
-        return kind
+        return nil
     }
 
-    /// The callback type of `kind` (not 0). Safe without the lock (see the type).
+    /// The kind of `type`, made on its first timer. Under the scheduler's lock.
+    /// - Throws: `TimerError.invalidOption` past `capacity` types.
+    func kindLocked(of type: any TimerCallback.Type) throws(TimerError) -> UInt8 {
+        if let kind = existingKind(of: type) { return kind }
+        let count = published.load(ordering: .relaxed)
+        guard count < Self.capacity else {
+            throw .invalidOption(
+                name: "callback", value: "\(type)", allowed: "at most \(Self.capacity) callback types per backend")
+        }
+        (types + count).initialize(to: type)
+        published.store(count + 1, ordering: .releasing)
+        return UInt8(count + 1)
+    }
+
+    /// The callback type of `kind` (not 0), a kind a record holds. Safe without the lock (see
+    /// the type).
     @inline(__always)
-    subscript(kind: UInt8) -> any TimerCallback.Type { types.unsafelyUnwrapped[Int(kind) - 1] }
+    subscript(kind: UInt8) -> any TimerCallback.Type { types[Int(kind) - 1] }
 
     /// Calls `callback`'s `timerFired`; `kind` is its type's.
     func fire(_ callback: AnyObject, kind: UInt8, _ fire: TimerFire) {

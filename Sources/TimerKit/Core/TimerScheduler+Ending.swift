@@ -62,7 +62,7 @@ extension TimerScheduler {
             if record.pointee.endCause == .shutDown, let loopFailure { after.owed.loopFailure = loopFailure }
             after.keep(
                 ended: AfterUnlock.EndedCallback(
-                    callback: Unmanaged.passRetained(callback), kinds: callbackKinds,
+                    callback: Unmanaged.passRetained(callback), kinds: Unmanaged.passUnretained(callbackKinds),
                     key: TimerKey(slot: slot, generation: record.pointee.generation, scheduler: serial),
                     kind: record.pointee.callbackKind, cause: record.pointee.endCause, fires: record.pointee.fires))
         }

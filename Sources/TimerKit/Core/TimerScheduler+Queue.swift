@@ -59,7 +59,7 @@ extension TimerScheduler {
             let made = TimerHandle(scheduler: self, slot: slot, generation: generation, handler: handler)
             handle = made
             guard handlesAsKeyedTimers else { return (made, 0) }
-            let kind = try callbackKinds.kind(of: HandleCallback.self)
+            let kind = try callbackKinds.kindLocked(of: HandleCallback.self)
             let extras = store[slot].pointee.extras ?? TimerExtras()
             extras.handle = made
             store[slot].pointee.extras = extras
@@ -81,35 +81,54 @@ extension TimerScheduler {
     }
 
     /// Registers and queues a timer that calls `callback`, and returns its key.
+    @inline(__always)
     func schedule<Callback: TimerCallback>(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: Callback
+    ) throws(TimerError) -> TimerKey {
+        let kind = try callbackKind(of: Callback.self)
+        return try self.schedule(schedule, name: name, tolerance: tolerance, policy: policy, calling: callback, kind: kind)
+    }
+
+    /// The kind of `type` (`CallbackKinds`): found without the lock once a timer has had it.
+    @inline(__always)
+    func callbackKind(of type: any TimerCallback.Type) throws(TimerError) -> UInt8 {
+        if let kind = callbackKinds.existingKind(of: type) { return kind }
+        return try mutex.withLock { () throws(TimerError) in try callbackKinds.kindLocked(of: type) }
+    }
+
+    /// Registers and queues a timer that calls `callback`, of `kind`, and returns its key.
+    func schedule(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: AnyObject,
+        kind: UInt8
     ) throws(TimerError) -> TimerKey {
         let resolved = try resolve(schedule, name: name, tolerance: tolerance)
         var options: TimerOptions?
         if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
-        var key = TimerKey(slot: 0, generation: 0, scheduler: 0)
-        try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
-            key = TimerKey(slot: slot, generation: generation, scheduler: serial)
-            return (callback, try callbackKinds.kind(of: Callback.self))
+        let (slot, generation) = try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { _, _ in
+            (callback, kind)
         }
-        return key
+        return TimerKey(slot: slot, generation: generation, scheduler: serial)
     }
 
     /// Adds a timer to the store, registers its name, and queues it (or leaves it suspended).
     /// `owner` makes what the timer calls, given its slot and generation, under the lock.
+    /// Returns the timer's slot and generation.
     @inline(__always)
+    @discardableResult
     func add(
         _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?, policy: MissedTickPolicy, options: TimerOptions?,
         owner: (UInt32, UInt32) throws(TimerError) -> (AnyObject, UInt8)
-    ) throws(TimerError) {
+    ) throws(TimerError) -> (slot: UInt32, generation: UInt32) {
         var after = AfterUnlock()
         mutex.lock()
         let slot: UInt32
+        let generation: UInt32
         let made: AnyObject
         let kind: UInt8
         do throws(TimerError) {
             slot = try addLocked(resolved, calendar: calendar, policy: policy, options: options, &after)
-            do throws(TimerError) { (made, kind) = try owner(slot, store[slot].pointee.generation) } catch {
+            generation = store[slot].pointee.generation
+            do throws(TimerError) { (made, kind) = try owner(slot, generation) } catch {
                 endLocked(slot, .cancelled, because: .cancelled, into: &after)
                 throw error
             }
@@ -138,6 +157,7 @@ extension TimerScheduler {
         after.run()
         if watch { ClockWatcher.shared.watch(self) }
         if let failure { throw failure }
+        return (slot, generation)
     }
 
     /// Takes a slot for a new timer, counts it, registers its name and fills its record; the

@@ -171,8 +171,10 @@ struct TimerStore: ~Copyable {
     /// it held: an ended timer's owner and handler go to its carrier).
     mutating func free(_ slot: UInt32) {
         let record = self[slot]
-        record.pointee.owner = nil
-        record.pointee.extras = nil
+        // Most ended timers' owner was taken already, and most have no extras: a store of nil
+        // over nil would still call the runtime to release the old value.
+        if record.pointee.owner != nil { record.pointee.owner = nil }
+        if record.pointee.extras != nil { record.pointee.extras = nil }
         record.pointee.entrySequence = 0
         record.pointee.callbackKind = 0
         record.pointee.activeCalls = 0

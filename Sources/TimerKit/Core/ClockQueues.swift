@@ -28,6 +28,7 @@ struct ClockQueue: ~Copyable {
     /// more; above, each death pays for sweeping up to two (looking at 16 entries), so dead
     /// entries fall back faster than they come; and if they ever reach one more than the live
     /// ones, it sweeps until they do not.
+    @inline(__always)
     mutating func entryDied(sequence: UInt64, in store: borrowing TimerStore) {
         dead += 1
         if heap.top?.sequence == sequence {

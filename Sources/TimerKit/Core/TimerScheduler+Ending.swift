@@ -48,6 +48,7 @@ extension TimerScheduler {
 
     /// Gives the slot of an ended timer back once nothing of it runs any more (no call, no
     /// task): its end waiters run, and a callback hears `timerEnded`, after unlocking.
+    @inline(__always)
     func freeIfIdleLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
         let record = store[slot]
         guard record.pointee.state.hasEnded, record.pointee.activeCalls == 0, (record.pointee.extras?.tasksRunning ?? 0) == 0 else {

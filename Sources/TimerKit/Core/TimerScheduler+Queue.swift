@@ -58,12 +58,12 @@ extension TimerScheduler {
         try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
             let made = TimerHandle(scheduler: self, slot: slot, generation: generation, handler: handler)
             handle = made
-            guard handlesAsKeyedTimers else { return (made, 0) }
+            guard handlesAsKeyedTimers else { return (.passRetained(made), 0) }
             let kind = try callbackKinds.kindLocked(of: HandleCallback.self)
             let extras = store[slot].pointee.extras ?? TimerExtras()
             extras.handle = made
             store[slot].pointee.extras = extras
-            return (HandleCallback(made), kind)
+            return (.passRetained(HandleCallback(made)), kind)
         }
         // `add` returned: it made the handle.
         guard let handle else { throw .backendShutDown(backend: backendName) }
@@ -105,25 +105,27 @@ extension TimerScheduler {
         var options: TimerOptions?
         if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
         let (slot, generation) = try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { _, _ in
-            (callback, kind)
+            (.passRetained(callback), kind)
         }
         return TimerKey(slot: slot, generation: generation, scheduler: serial)
     }
 
     /// Adds a timer to the store, registers its name, and queues it (or leaves it suspended).
-    /// `owner` makes what the timer calls, given its slot and generation, under the lock.
+    /// `owner` makes what the timer calls, given its slot and generation, under the lock, and
+    /// hands it over +1 (the record's reference: a plain reference returned and stored would
+    /// be retained and released again on the way).
     /// Returns the timer's slot and generation.
     @inline(__always)
     @discardableResult
     func add(
         _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?, policy: MissedTickPolicy, options: TimerOptions?,
-        owner: (UInt32, UInt32) throws(TimerError) -> (AnyObject, UInt8)
+        owner: (UInt32, UInt32) throws(TimerError) -> (Unmanaged<AnyObject>, UInt8)
     ) throws(TimerError) -> (slot: UInt32, generation: UInt32) {
         var after = AfterUnlock()
         mutex.lock()
         let slot: UInt32
         let generation: UInt32
-        let made: AnyObject
+        let made: Unmanaged<AnyObject>
         let kind: UInt8
         do throws(TimerError) {
             slot = try addLocked(resolved, calendar: calendar, policy: policy, options: options, &after)
@@ -139,7 +141,7 @@ extension TimerScheduler {
             throw error
         }
         let record = store[slot]
-        record.pointee.owner = made
+        record.pointee.owner = made.takeRetainedValue()
         record.pointee.callbackKind = kind
         var failure: TimerError?
         var watch = false
@@ -263,6 +265,7 @@ extension TimerScheduler {
     /// and re-arms, which is cheaper than a re-arm per cancel when timers are cancelled in
     /// deadline order (timeouts). Only empty queues disarm at once (if that fails the loop wakes
     /// once for nothing); jobs waiting for the loop keep their wake-up.
+    @inline(__always)
     func retireLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
         killEntryLocked(slot)
         if queues.isEmpty, armedKey != .max, jobs.isEmpty {

@@ -169,6 +169,7 @@ struct TimerStore: ~Copyable {
     /// Gives `slot` back: its generation moves on, so no key or handle finds its next timer.
     /// What the record held is released here (the caller has taken out whatever of the user's
     /// it held: an ended timer's owner and handler go to its carrier).
+    @inline(__always)
     mutating func free(_ slot: UInt32) {
         let record = self[slot]
         // Most ended timers' owner was taken already, and most have no extras: a store of nil

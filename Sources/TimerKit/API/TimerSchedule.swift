@@ -135,7 +135,14 @@ public struct TimerSchedule: Sendable {
     }
 
     /// Resolves the schedule at `now`, the reading of its own clock (`clock`).
+    @inline(__always)
     func resolve(ownNow now: UInt64) throws(TimerError) -> Resolved {
+        // A delay (a timeout, the commonest schedule) resolves here, without the general switch.
+        if case let .after(.duration(delay)) = kind, !delay.isNegative {
+            return Resolved(
+                firstDeadline: now.saturatingAdd(UInt64(delay.saturatingNanoseconds)), intervalNanoseconds: 0, remaining: 1,
+                clock: clock)
+        }
         var resolved = try resolved(at: MonotonicInstant(nanoseconds: now))
         resolved.clock = clock
         return resolved

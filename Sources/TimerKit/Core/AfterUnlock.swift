@@ -95,8 +95,14 @@ struct AfterUnlock: ~Copyable {
     /// events delivered, jobs handed on; then lets go of everything held.
     @inline(__always)
     consuming func run() {
-        if endedHandle == nil && loadedDriver == nil && ended == nil && rest == nil {
-            discard self  // most sections owe nothing
+        if loadedDriver == nil && rest == nil {
+            // Most sections owe nothing, or (a cancel) one timer's end: its callback told, or
+            // its handle's handler let go of.
+            let ended = self.ended
+            let endedHandle = self.endedHandle
+            discard self
+            if let ended { Self.tell(ended, loopFailure: nil) }
+            endedHandle?.takeRetainedValue().letGoOfHandler()
             return
         }
         runOwed()

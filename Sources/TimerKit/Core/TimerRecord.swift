@@ -38,6 +38,14 @@ struct TimerRecord {
     /// Calls of the handler under way (a handler that runs its loop nested can make two).
     var activeCalls: UInt8 = 0
 
+    /// Moves `made`, a reference held +1, into the record of a slot just taken (whose owner is
+    /// nil): the record keeps that reference, with no retain or release on the way.
+    @inline(__always)
+    mutating func adopt(owner made: Unmanaged<AnyObject>) {
+        assert(owner == nil, "TimerRecord.adopt: the slot's owner is not nil")
+        withUnsafeMutablePointer(to: &owner) { UnsafeMutableRawPointer($0).storeBytes(of: made, as: Unmanaged<AnyObject>.self) }
+    }
+
     // The bits hold only raw values these setters wrote (a free slot's zeros are `.scheduled`
     // and `.live`), so they are read back without the checked `init(rawValue:)`.
     var state: TimerState {

@@ -141,7 +141,7 @@ extension TimerScheduler {
             throw error
         }
         let record = store[slot]
-        record.pointee.owner = made.takeRetainedValue()
+        record.pointee.adopt(owner: made)
         record.pointee.callbackKind = kind
         var failure: TimerError?
         var watch = false

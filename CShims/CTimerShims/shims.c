@@ -2,6 +2,8 @@
 #include "CTimerShims.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -49,4 +51,55 @@ int ctk_gettid(void) { return (int)gettid(); }
 
 int ctk_set_thread_name(const char *name) {
     return -pthread_setname_np(pthread_self(), name);
+}
+
+// The lock follows the three-state futex mutex of Drepper's "Futexes Are Tricky": a waiter
+// marks the word 2 before sleeping, so an unlock that finds 1 knows no one sleeps and makes
+// no system call.
+
+static void futex_wait(uint32_t *word, uint32_t expected) {
+    // EINTR, EAGAIN (the word changed before the wait): the caller looks again.
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake(uint32_t *word, int count) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+static void lock_contended(ctk_lock_t *lock) {
+    uint32_t seen = __atomic_exchange_n(&lock->word, 2, __ATOMIC_ACQUIRE);
+    while (seen != 0) {
+        futex_wait(&lock->word, 2);
+        seen = __atomic_exchange_n(&lock->word, 2, __ATOMIC_ACQUIRE);
+    }
+}
+
+void ctk_lock(ctk_lock_t *lock) {
+    uint32_t expected = 0;
+    if (__atomic_compare_exchange_n(&lock->word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+    lock_contended(lock);
+}
+
+int ctk_trylock(ctk_lock_t *lock) {
+    uint32_t expected = 0;
+    return __atomic_compare_exchange_n(&lock->word, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+void ctk_unlock(ctk_lock_t *lock) {
+    if (__atomic_exchange_n(&lock->word, 0, __ATOMIC_RELEASE) == 2) futex_wake(&lock->word, 1);
+}
+
+void ctk_condition_wait(ctk_condition_t *condition, ctk_lock_t *lock) {
+    // Read under the lock: a broadcast after this (which changes the sequence) ends the wait,
+    // even one made before this thread sleeps.
+    uint32_t seen = __atomic_load_n(&condition->sequence, __ATOMIC_RELAXED);
+    ctk_unlock(lock);
+    futex_wait(&condition->sequence, seen);
+    // Taken as contended: threads woken with this one may be waiting for the lock too.
+    lock_contended(lock);
+}
+
+void ctk_condition_broadcast(ctk_condition_t *condition) {
+    __atomic_fetch_add(&condition->sequence, 1, __ATOMIC_RELEASE);
+    futex_wake(&condition->sequence, INT_MAX);
 }

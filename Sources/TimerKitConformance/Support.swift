@@ -254,8 +254,8 @@ package func warmUpDispatch() {
 /// first job; after `stop()` jobs go to the global executor.
 package final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
     // @unchecked: `jobs`, `hasThread` and `isStopped` are touched only while holding `mutex`.
-    private let mutex = PThreadMutex()
-    private let workArrived = PThreadCondition()
+    private let mutex = FutexLock()
+    private let workArrived = FutexCondition()
     private var jobs: [UnownedJob] = []
     private var hasThread = false
     private var isStopped = false

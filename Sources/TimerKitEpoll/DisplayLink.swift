@@ -85,7 +85,7 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     }
 
     // A pthread mutex rather than Synchronization.Mutex, which ThreadSanitizer misreads.
-    private static let sharedSourcesLock = PThreadMutex()
+    private static let sharedSourcesLock = FutexLock()
     nonisolated(unsafe) private static var sharedSources: [Int: DisplaySource] = [:]  // guarded by sharedSourcesLock
 
     /// The process-wide source for `refreshRate`, made on first use: one vsync thread
@@ -252,7 +252,7 @@ private final class VsyncTimer: @unchecked Sendable {
     let fd: Int32
     let counts = LoopCounts()
     let loopThread = Atomic<UInt>(0)
-    private let lock = PThreadMutex()
+    private let lock = FutexLock()
     /// The scheduler's latest request (`.max`: nothing to wait for).
     private var requested: UInt64 = .max
     /// The next expiry the kernel will deliver (`.max`: none), and the timerfd's interval.

@@ -237,7 +237,7 @@ private final class EpollLoopState: @unchecked Sendable {
     let scheduler: TimerScheduler
     let counts = LoopCounts()
     let loopThread = Atomic<UInt>(0)
-    private let armLock = PThreadMutex()
+    private let armLock = FutexLock()
     /// The scheduler's latest request and what the timerfd is armed for (`.max`: disarmed or
     /// spent), in timerfd mode.
     private var requested: UInt64 = .max

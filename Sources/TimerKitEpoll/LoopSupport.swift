@@ -29,12 +29,12 @@ package final class LoopCounts: Sendable {
 /// The wake-up requests of a loop that sets its own wait: the scheduler's latest request, and
 /// whether the loop sleeps and until when. The loop thread's own requests (made while it fires
 /// timers) are only recorded, and it applies the last one as it goes to sleep; another thread's
-/// request wakes the loop only when the loop sleeps past it. `PThreadMutex` rather than a
+/// request wakes the loop only when the loop sleeps past it. `FutexLock` rather than a
 /// Synchronization.Mutex: ThreadSanitizer sees it. Uncontended (no other thread touching the
 /// backend), a lock costs no system call.
 package final class SleepGate: @unchecked Sendable {
     // @unchecked: every stored property is read and written under `lock`.
-    private let lock = PThreadMutex()
+    private let lock = FutexLock()
     private var requested: UInt64 = .max
     private var asleep = false
     private var sleepingUntil: UInt64 = .max

@@ -64,7 +64,7 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     /// and the cross-thread notification eventfd.
     private static let descriptorsPerBase = 5
     /// Serialises base creation, so two backends do not count on the same free descriptors.
-    private static let creation = PThreadMutex()
+    private static let creation = FutexLock()
 
     /// Makes a base and runs it on a thread of its own.
     /// - Throws: `TimerError.systemCall(call: "event_base_new_with_config", errno: EMFILE)`

@@ -1,3 +1,4 @@
+import Dispatch
 import Testing
 import TimerKitTestSupport
 
@@ -69,12 +70,75 @@ struct LockTests {
     @Test func aLockTakenTwiceByOneThreadCrashesWithAMessage() async {
         #if DEBUG
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-                let mutex = PThreadMutex()
+                let mutex = FutexLock()
                 mutex.lock()
                 mutex.lock()
             }
             let message = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
             #expect(message.contains("taken again by the thread that holds it"))
         #endif
+    }
+
+    /// A debug build's lock also refuses to be let go of by a thread that does not hold it.
+    @Test func aLockLetGoOfByAnotherThreadCrashesWithAMessage() async {
+        #if DEBUG
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                let mutex = FutexLock()
+                mutex.unlock()
+            }
+            let message = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+            #expect(message.contains("does not hold it"))
+        #endif
+    }
+
+    /// Threads that take the lock at once each find what the last holder left: 4 threads ×
+    /// 50,000 increments of a plain counter under the lock make exactly 200,000, and no thread
+    /// is left asleep on the futex (the watchdog).
+    @Test func contendedLockingLosesNoUpdateAndLeavesNoThreadAsleep() {
+        final class Counter: @unchecked Sendable {
+            // @unchecked: `value` is read and written only under `lock`.
+            let lock = FutexLock()
+            var value = 0
+        }
+        let counter = Counter()
+        withWatchdog("contended lock", seconds: 60) {
+            DispatchQueue.concurrentPerform(iterations: 4) { _ in
+                for _ in 0..<50_000 { counter.lock.withLock { counter.value += 1 } }
+            }
+        }
+        #expect(counter.lock.withLock { counter.value } == 200_000)
+    }
+
+    /// A broadcast wakes every waiter, including one that is about to sleep (it read the
+    /// condition before the broadcast): 8 threads wait for a flag, one sets it and broadcasts,
+    /// and all 8 return, round after round.
+    @Test func aBroadcastWakesEveryWaiter() {
+        final class Gate: @unchecked Sendable {
+            // @unchecked: `round` and `returned` are read and written only under `lock`.
+            let lock = FutexLock()
+            let changed = FutexCondition()
+            var round = 0
+            var returned = 0
+        }
+        let gate = Gate()
+        withWatchdog("condition broadcast", seconds: 60) {
+            for round in 1...200 {
+                let waiters = DispatchGroup()
+                for _ in 0..<8 {
+                    DispatchQueue.global().async(group: waiters) {
+                        gate.lock.lock()
+                        while gate.round < round { gate.changed.wait(gate.lock) }
+                        gate.returned += 1
+                        gate.lock.unlock()
+                    }
+                }
+                gate.lock.withLock {
+                    gate.round = round
+                    gate.changed.broadcast()
+                }
+                waiters.wait()
+            }
+        }
+        #expect(gate.lock.withLock { gate.returned } == 1_600)
     }
 }

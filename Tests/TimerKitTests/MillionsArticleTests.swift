@@ -64,4 +64,51 @@ struct MillionsArticleTests {
         backend.advance(by: .seconds(30))
         #expect(busy.closeCount == 1)
     }
+
+    /// "A backend takes at most 255 distinct callback types; the next one is refused with
+    /// `TimerError.invalidOption`": 255 types schedule, the 256th is refused and leaves no timer
+    /// behind, and the types already taken still schedule (each type's kind is found again).
+    @Test func aBackendTakes255CallbackTypesAndRefusesTheNext() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        let fires = Locked(0)
+        var calls: [() throws -> TimerKey] = []
+        addCallbackTypes(Leaf.self, count: 256, firesInto: fires, on: backend, into: &calls)
+        let keys = try calls.prefix(255).map { try $0() }
+        #expect(Set(keys).count == 255 && backend.statistics.liveTimers == 255)
+        #expect {
+            _ = try calls[255]()
+        } throws: { error in
+            guard case let .invalidOption(name, _, allowed) = error as? TimerError else { return false }
+            return name == "callback" && allowed.contains("255")
+        }
+        #expect(backend.statistics.liveTimers == 255)
+        // Every type taken still schedules, the first and the last.
+        let again = [try calls[0](), try calls[254]()]
+        #expect(again.allSatisfy { backend.isActive($0) } && backend.statistics.liveTimers == 257)
+        // Their timers fire through their own types.
+        backend.advance(by: .seconds(61))
+        #expect(fires.current == 257 && backend.statistics.liveTimers == 0)
+    }
+}
+
+/// A callback type per `Tag`: nested tags (`Nest<Nest<Leaf>>`) make as many distinct types as a
+/// test needs.
+final class ProbeCallback<Tag>: TimerCallback {
+    let fires: Locked<Int>
+    init(_ fires: Locked<Int>) { self.fires = fires }
+    func timerFired(_ fire: TimerFire) { fires.withLock { $0 += 1 } }
+}
+
+enum Leaf {}
+enum Nest<Inner> {}
+
+/// Appends `count` schedules, each of a callback of its own type (`ProbeCallback<Tag>`,
+/// `ProbeCallback<Nest<Tag>>`, ...), 60 s away on `backend`.
+private func addCallbackTypes<Tag>(
+    _: Tag.Type, count: Int, firesInto fires: Locked<Int>, on backend: ManualBackend, into calls: inout [() throws -> TimerKey]
+) {
+    guard count > 0 else { return }
+    calls.append { try backend.schedule(.after(.seconds(60)), calling: ProbeCallback<Tag>(fires)) }
+    addCallbackTypes(Nest<Tag>.self, count: count - 1, firesInto: fires, on: backend, into: &calls)
 }

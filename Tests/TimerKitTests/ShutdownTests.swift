@@ -8,7 +8,7 @@ import TimerKitTestSupport
 /// shutdown: nothing may arm a loop that is shutting down.
 private final class RecordingDriver: TimerDriver, @unchecked Sendable {
     // @unchecked: `calls` and `shuttingDown` are guarded by `lock`.
-    private let lock = PThreadMutex()
+    private let lock = FutexLock()
     private var shuttingDown = false
     private var wakesAfterShutdown: [MonotonicInstant] = []
 

@@ -40,4 +40,28 @@ int ctk_gettid(void);
 /// Names the calling thread (pthread_setname_np is a GNU extension Glibc's module omits).
 int ctk_set_thread_name(const char *name);
 
+/// A futex lock word: 0 free, 1 held, 2 held and perhaps waited for. Zero-initialised.
+/// (The futex call is variadic `syscall`, which Swift cannot call.) The atomics are compiled
+/// here, so that ThreadSanitizer instruments them and sees the lock's ordering.
+typedef struct { uint32_t word; } ctk_lock_t;
+
+/// Takes `lock`, waiting in the kernel while another thread holds it.
+void ctk_lock(ctk_lock_t *lock);
+
+/// Takes `lock` if it is free: 1 if taken, 0 if another thread holds it.
+int ctk_trylock(ctk_lock_t *lock);
+
+/// Lets `lock` go, waking one waiter if there may be one.
+void ctk_unlock(ctk_lock_t *lock);
+
+/// A condition's sequence word, paired with a `ctk_lock_t`. Zero-initialised.
+typedef struct { uint32_t sequence; } ctk_condition_t;
+
+/// Lets `lock` (held) go, waits until `condition` is broadcast (or spuriously), and takes
+/// `lock` again. Callers wait in a loop on their own condition, as with pthread_cond_wait.
+void ctk_condition_wait(ctk_condition_t *condition, ctk_lock_t *lock);
+
+/// Wakes every thread waiting on `condition`.
+void ctk_condition_broadcast(ctk_condition_t *condition);
+
 #endif

@@ -105,7 +105,7 @@ private final class TickStream: @unchecked Sendable {
         case suspended(UnsafeContinuation<Tick?, Never>)
         case settled(Tick?)
     }
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private(set) var timer: TimerHandle!
     private var wait = Wait.none
     private var kept: Tick?

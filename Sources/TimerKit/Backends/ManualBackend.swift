@@ -27,9 +27,9 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     // the clock guards itself.
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     /// Broadcast when an `advance` call ends its turn.
-    private let turnEnded = PThreadCondition()
+    private let turnEnded = FutexCondition()
     private let clock: VirtualClock
     private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?

@@ -8,8 +8,8 @@
 public final class ManualTaskExecutor: TaskExecutor, @unchecked Sendable {
     // @unchecked: `queue`, `isRunning`, `idleWaiters`, `loop` and `isStopped` are touched
     // only while holding `mutex`.
-    private let mutex = PThreadMutex()
-    private let workArrived = PThreadCondition()
+    private let mutex = FutexLock()
+    private let workArrived = FutexCondition()
     private var queue: [UnownedJob] = []
     private var nextJob = 0
     private var isRunning = false

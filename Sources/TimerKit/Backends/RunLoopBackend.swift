@@ -38,7 +38,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
     private let cfRunLoop: CFRunLoop
     private let registry: TimerRegistry
     private let loop: OwnedLoop?
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     @exclusivity(unchecked) private var views: [RunLoop.Mode: ModeView] = [:]
     @exclusivity(unchecked) private var isShutDown = false
 

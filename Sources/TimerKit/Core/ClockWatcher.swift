@@ -31,7 +31,7 @@ package final class ClockWatcher: @unchecked Sendable {
         case failed(TimerError)
     }
 
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var schedulers: [ObjectIdentifier: Watched] = [:]
     private var state = State.idle
     private var descriptor: Int32 = -1

@@ -174,7 +174,7 @@ extension TimerScheduler {
             throw .liveTimerLimit(scope: "\(backendName) backend", limit: store.maxLive)
         }
         try registry.admit()
-        guard let slot = store.allocate(lending: { registry.lendChunk(to: self) }) else {
+        guard let slot = store.allocate() ?? allocateInNewChunkLocked() else {
             registry.discharge()
             throw .systemCall(call: "mmap", errno: ENOMEM)
         }
@@ -213,6 +213,17 @@ extension TimerScheduler {
         }
         record.pointee.setRemaining(resolved.remaining)
         return slot
+    }
+
+    /// A slot in a chunk the registry lends, when every chunk this store has is full; nil
+    /// when none can be mapped.
+    private func allocateInNewChunkLocked() -> UInt32? {
+        // A lent chunk whose every slot has used up its generations has none to give.
+        while let chunk = registry.lendChunk(to: self) {
+            store.add(chunk)
+            if let slot = store.allocate() { return slot }
+        }
+        return nil
     }
 
     /// Puts a scheduled timer in deadline order in its clock's queue and arms the driver if it

@@ -43,12 +43,12 @@ import Synchronization
     /// global executor: a `ManualBackend`'s, so that tests can wait for them.
     public let taskExecutor: (any TaskExecutor)?
 
-    let mutex = PThreadMutex()
+    let mutex = FutexLock()
     /// Tells this scheduler's keys from another's (`TimerKey`): never reused in a process.
     let serial: UInt32
     /// Broadcast when a handler call, a `fireDueTimers` call or a shutdown ends, to
     /// `cancelAndWait` and `shutdown` callers waiting for one.
-    let firingDone = PThreadCondition()
+    let firingDone = FutexCondition()
     // The properties below are only touched while holding `mutex`, which already makes
     // every access exclusive; `@exclusivity(unchecked)` drops the runtime's redundant
     // per-access bookkeeping (about a fifth of the schedule/cancel cost when measured).

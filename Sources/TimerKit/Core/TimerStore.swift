@@ -121,8 +121,10 @@ struct TimerStore: ~Copyable {
         return UInt64(generation) << 32 | UInt64(chunk.number) << RecordChunk.shift | UInt64(Int(slot) & RecordChunk.mask)
     }
 
-    /// A slot for a new timer; nil when none is left (no chunk could be mapped).
-    mutating func allocate(lending more: () -> RecordChunk?) -> UInt32? {
+    /// A slot for a new timer; nil when every chunk is full: the caller then gives it another
+    /// (`add(_:)`) and asks again.
+    @inline(__always)
+    mutating func allocate() -> UInt32? {
         if freeHead != Self.none {
             let slot = freeHead
             freeHead = UInt32(truncatingIfNeeded: self[slot].pointee.orderSequence)
@@ -136,14 +138,12 @@ struct TimerStore: ~Copyable {
             occupied += 1
             return slot
         }
-        guard let chunk = more() else { return nil }
-        add(chunk)
-        return allocate(lending: more)
+        return nil
     }
 
     /// Takes a chunk the registry lent: slots its earlier owners used are free (a slot whose
     /// generation ran out stays unused, so that no id comes back).
-    private mutating func add(_ chunk: RecordChunk) {
+    mutating func add(_ chunk: RecordChunk) {
         if chunks.count == capacity {
             let larger = UnsafeMutablePointer<UnsafeMutablePointer<TimerRecord>>.allocate(capacity: capacity * 2)
             larger.moveInitialize(from: records, count: chunks.count)

@@ -31,7 +31,7 @@ public final class Debouncer: ReusedTimerOwner, @unchecked Sendable {
     /// The name the debouncer's timer is registered under; nil registers it under a generated name.
     public let name: String?
     private let delayNanoseconds: UInt64
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var work: (@Sendable () -> Void)?
     private var reused: ReusedTimer
     /// Runs async work (`call(_:)` with an async closure).

@@ -150,7 +150,7 @@ extension TimerBackend {
 /// two runs of one helper never overlap.
 final class SerialTasks: @unchecked Sendable {
     // @unchecked: `last` is read and written only while holding `mutex`.
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var last: Task<Void, Never>?
 
     /// Starts `work` on `executor` after the previous task.

@@ -45,7 +45,7 @@ public final class Throttler: ReusedTimerOwner, @unchecked Sendable {
     /// The name the throttler's timer is registered under; nil registers it under a generated name.
     public let name: String?
     private let intervalNanoseconds: UInt64
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var leadingWork: (@Sendable () -> Void)?
     private var trailingWork: (@Sendable () -> Void)?
     /// When the open window closes; 0 when none is open.

@@ -29,7 +29,7 @@ public final class TimerRegistry: @unchecked Sendable {
         let generation: UInt32
     }
 
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     // Only touched while holding `mutex`, so the runtime exclusivity check is redundant.
     /// Every chunk of slots, by number; each lent to one scheduler at a time.
     @exclusivity(unchecked) private var chunks: [RecordChunk] = []

@@ -1,49 +1,59 @@
+import CTimerShims
 import Glibc
+import Synchronization
 
-/// A mutex over a heap-allocated `pthread_mutex_t`.
+/// A mutex on a futex word (`ctk_lock`): taking and letting go of a free lock is one atomic
+/// instruction each and no system call; a thread that finds it held sleeps in the kernel.
 ///
-/// Not `Synchronization.Mutex`: ThreadSanitizer cannot see its futex and reports false
-/// races inside `withLock`, which would make `swift test --sanitize=thread` useless.
-/// The pthread mutex lives at a stable heap address, so it is never moved while locked.
+/// Not `Synchronization.Mutex`: its atomics are compiled into the standard library, which
+/// ThreadSanitizer does not instrument, so it reports false races inside `withLock`. These are
+/// compiled in TimerKit's C shim, which the sanitizer instruments, so it sees the lock's
+/// ordering. Not a pthread mutex: taking and letting go of one costs about 75 instructions,
+/// this about 20, and every schedule and cancel takes a lock.
 ///
-/// Debug builds make it error-checking: a thread that locks it twice crashes with a message
-/// naming the lock instead of hanging, which turns a broken "no user code under a lock"
-/// rule into a failing test rather than a stuck CI run.
-package final class PThreadMutex: @unchecked Sendable {
-    // @unchecked: the only state is the pthread mutex, which is itself the synchronisation.
-    package let raw: UnsafeMutablePointer<pthread_mutex_t>
+/// The word lives at a stable heap address, so it is never moved while locked. Debug builds
+/// record the holder: a thread that takes it again crashes with a message naming the lock
+/// instead of hanging, which turns a broken "no user code under a lock" rule into a failing
+/// test rather than a stuck CI run.
+package final class FutexLock: @unchecked Sendable {
+    // @unchecked: the lock word is changed only by the C shim's atomic operations; `holder`
+    // is an atomic.
+    fileprivate let raw: UnsafeMutablePointer<ctk_lock_t>
+    #if DEBUG
+        /// The thread holding it (`pthread_self()`), 0 when free.
+        private let holder = Atomic<UInt>(0)
+    #endif
 
     package init() {
         raw = .allocate(capacity: 1)
-        raw.initialize(to: pthread_mutex_t())
-        var attributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attributes)
-        #if DEBUG
-            pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
-        #endif
-        let rc = pthread_mutex_init(raw, &attributes)
-        pthread_mutexattr_destroy(&attributes)
-        precondition(rc == 0, "TimerKit: pthread_mutex_init failed: errno \(rc)")
+        raw.initialize(to: ctk_lock_t(word: 0))
     }
 
     deinit {
-        pthread_mutex_destroy(raw)
         raw.deinitialize(count: 1)
         raw.deallocate()
     }
 
     @inline(__always) package func lock() {
-        let rc = pthread_mutex_lock(raw)
-        precondition(
-            rc == 0,
-            rc == EDEADLK
-                ? "TimerKit: a lock was taken again by the thread that holds it (user code ran under a TimerKit lock?)"
-                : "TimerKit: pthread_mutex_lock failed: errno \(rc)")
+        #if DEBUG
+            precondition(
+                holder.load(ordering: .relaxed) != UInt(pthread_self()),
+                "TimerKit: a lock was taken again by the thread that holds it (user code ran under a TimerKit lock?)")
+        #endif
+        ctk_lock(raw)
+        #if DEBUG
+            holder.store(UInt(pthread_self()), ordering: .relaxed)
+        #endif
     }
 
     @inline(__always) package func unlock() {
-        let rc = pthread_mutex_unlock(raw)
-        precondition(rc == 0, "TimerKit: pthread_mutex_unlock failed: errno \(rc) (unlocked by a thread that does not hold it?)")
+        #if DEBUG
+            precondition(
+                holder.load(ordering: .relaxed) == UInt(pthread_self()),
+                "TimerKit: a lock was let go of by a thread that does not hold it")
+            holder.store(0, ordering: .relaxed)
+        #endif
+        ctk_unlock(raw)
     }
 
     @inline(__always)
@@ -52,43 +62,48 @@ package final class PThreadMutex: @unchecked Sendable {
         defer { unlock() }
         return try body()
     }
+
+    /// `condition.wait(self)`: lets go, waits, takes it again.
+    fileprivate func wait(on condition: UnsafeMutablePointer<ctk_condition_t>) {
+        #if DEBUG
+            precondition(holder.load(ordering: .relaxed) == UInt(pthread_self()), "TimerKit: a condition waited on without its lock")
+            holder.store(0, ordering: .relaxed)
+        #endif
+        ctk_condition_wait(condition, raw)
+        #if DEBUG
+            holder.store(UInt(pthread_self()), ordering: .relaxed)
+        #endif
+    }
 }
 
-/// A condition variable paired with a `PThreadMutex`, on CLOCK_MONOTONIC.
-package final class PThreadCondition: @unchecked Sendable {
-    // @unchecked: the pthread condition is the synchronisation; callers hold the paired mutex.
-    private let raw: UnsafeMutablePointer<pthread_cond_t>
+/// A condition variable paired with a `FutexLock` (`ctk_condition_wait`). Waits may end
+/// spuriously: callers wait in a loop on their own condition.
+package final class FutexCondition: @unchecked Sendable {
+    // @unchecked: the sequence word is changed only by the C shim's atomic operations.
+    private let raw: UnsafeMutablePointer<ctk_condition_t>
 
     package init() {
         raw = .allocate(capacity: 1)
-        raw.initialize(to: pthread_cond_t())
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(raw, &attributes)
-        pthread_condattr_destroy(&attributes)
+        raw.initialize(to: ctk_condition_t(sequence: 0))
     }
 
     deinit {
-        pthread_cond_destroy(raw)
         raw.deinitialize(count: 1)
         raw.deallocate()
     }
 
-    /// Waits until signalled; the caller holds `mutex`.
-    package func wait(_ mutex: PThreadMutex) {
-        let rc = pthread_cond_wait(raw, mutex.raw)
-        precondition(rc == 0, "TimerKit: pthread_cond_wait failed: errno \(rc)")
-    }
+    /// Waits until broadcast (or spuriously); the caller holds `lock`, and holds it again on
+    /// return.
+    package func wait(_ lock: FutexLock) { lock.wait(on: raw) }
 
-    package func broadcast() { pthread_cond_broadcast(raw) }
+    package func broadcast() { ctk_condition_broadcast(raw) }
 }
 
-/// A value guarded by a `PThreadMutex`, for TimerKit's own modules and tests, which run under
+/// A value guarded by a `FutexLock`, for TimerKit's own modules and tests, which run under
 /// ThreadSanitizer (users have `Synchronization.Mutex`).
 package final class Locked<Value>: @unchecked Sendable {
     // @unchecked: every access to `value` goes through `mutex`.
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var value: Value
 
     /// Wraps `value`.

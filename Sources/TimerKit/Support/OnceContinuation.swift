@@ -4,7 +4,7 @@
 /// and each tick a `TimerTicks` iterator waits for.
 final class OnceContinuation<Value: Sendable>: @unchecked Sendable {
     // @unchecked: `result` and `continuation` are touched only while holding `mutex`.
-    private let mutex = PThreadMutex()
+    private let mutex = FutexLock()
     private var result: Result<Value, any Error>?
     private var continuation: UnsafeContinuation<Value, any Error>?
 

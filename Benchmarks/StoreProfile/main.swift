@@ -6,9 +6,11 @@
 // subtracting gives the figures per operation (`scripts/instruction-budget.py` does).
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
+//     store-profile fires FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
-// callback object for all of them) instead of with a closure each.
+// callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
+// one repeating timer on virtual time (the Manual fire path; run with 0 and subtract).
 import Foundation
 import TimerKit
 import TimerKitEpoll
@@ -93,12 +95,38 @@ func handleResets(_ handles: [TimerHandle], resets: Int, _ random: inout Workloa
     }
 }
 
+/// FIRES fires of one repeating timer on virtual time, as the fire-path benchmark makes them.
+@inline(never)
+func fireWorkload(fires: Int) throws {
+    let clock = ManualBackend(registry: TimerRegistry())
+    defer { clock.shutdown() }
+    try clock.schedule(.every(.microseconds(100))) { _ in }
+    clock.advance(by: .milliseconds(10))  // steady state, as the benchmark has it
+    firePath(clock, fires: fires)
+}
+
+@inline(never)
+func firePath(_ clock: ManualBackend, fires: Int) {
+    for _ in 0..<fires { clock.advance(by: .microseconds(100)) }
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fires", let fires = Int(CommandLine.arguments[2]), fires >= 0 {
+    do {
+        try fireWorkload(fires: fires)
+        print("fires \(fires)")
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("store-profile: \(error)\n".utf8))
+        exit(1)
+    }
+}
+
 let arguments = CommandLine.arguments.dropFirst()
 let counts = arguments.dropFirst().prefix(3).map { Int($0) }
 guard arguments.count >= 4, ["manual", "epoll"].contains(arguments.first), counts.count == 3,
     let live = counts[0], let pairs = counts[1], let resets = counts[2], live > 0, pairs >= 0, resets >= 0
 else {
-    FileHandle.standardError.write(Data("usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0)\n".utf8))
+    FileHandle.standardError.write(Data("usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), or store-profile fires FIRES\n".utf8))
     exit(2)
 }
 let keys = arguments.last == "keys"

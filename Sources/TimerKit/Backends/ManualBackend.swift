@@ -23,17 +23,17 @@ import Glibc
 /// thread waits for the handler's `advance` to return); a handler that calls `advance` itself
 /// moves the clock without waiting (see `advance(to:)`).
 public final class ManualBackend: TimerBackend, @unchecked Sendable {
-    // @unchecked: `wakeRequest`, `wakeFailure` and `advancingThread` are guarded by `mutex`;
-    // the clock guards itself.
+    // @unchecked: `advancingThread` is guarded by `mutex`; the clock and `wakeUps` guard
+    // themselves.
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
     private let mutex = FutexLock()
     /// Broadcast when an `advance` call ends its turn.
     private let turnEnded = FutexCondition()
     private let clock: VirtualClock
-    private var wakeRequest = MonotonicInstant.distantFuture
     private var advancingThread: pthread_t?
-    private var wakeFailure: TimerError?
+    /// The scheduler's driver: the wake-up it asked for last.
+    private let wakeUps = ManualWakeUps()
     private let executor = ManualTaskExecutor()
 
     /// Creates a manual clock starting at `start`, registering timers in `registry`. Its
@@ -47,7 +47,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     ) {
         clock = VirtualClock(start: start, wallStart: TimerSchedule.wallNanoseconds(wallClockStart))
         scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock), taskExecutor: executor)
-        scheduler.attach(self)
+        scheduler.attach(owning: wakeUps)
     }
 
     deinit { shutdown() }
@@ -71,13 +71,13 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 
     /// The deadline the scheduler last asked to be woken at (`.distantFuture`: none):
     /// lets tests check that the core re-arms only when the earliest deadline changes.
-    public var requestedWakeUp: MonotonicInstant { mutex.withLock { wakeRequest } }
+    public var requestedWakeUp: MonotonicInstant { wakeUps.request }
 
     /// Makes every `wake(at:)` fail with this error, to test how the core handles a
     /// backend whose native mechanism refuses. Nil (the default) restores normal behaviour.
     package var injectedWakeFailure: TimerError? {
-        get { mutex.withLock { wakeFailure } }
-        set { mutex.withLock { wakeFailure = newValue } }
+        get { wakeUps.lock.withLock { wakeUps.failure } }
+        set { wakeUps.lock.withLock { wakeUps.failure = newValue } }
     }
 
     /// Moves virtual time forward by `duration`, firing everything that comes due.
@@ -106,7 +106,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     public func advanceAndSettle(to deadline: MonotonicInstant) async {
         await settle()
         while true {
-            let next = mutex.withLock { wakeRequest }
+            let next = wakeUps.request
             guard next != .distantFuture, next <= deadline else { break }
             advanceSynchronously(to: max(next, clock.now))
             await settle()
@@ -148,10 +148,8 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
             }
         }
         while true {
-            let next = mutex.withLock { wakeRequest }
             // `.distantFuture` is "nothing pending", even when `deadline` is the end of time.
-            guard next != .distantFuture, next <= deadline else { break }
-            mutex.withLock { wakeRequest = .distantFuture }
+            guard let next = wakeUps.take(upTo: deadline) else { break }
             clock.move(to: next)
             scheduler.fireDueTimers()
         }
@@ -200,9 +198,38 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 
 @_spi(BackendImplementation) extension ManualBackend: TimerDriver {
     public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try mutex.withLock { () throws(TimerError) in
-            if let failure = wakeFailure { throw failure }
-            wakeRequest = deadline
+        try wakeUps.wake(at: deadline)
+    }
+}
+
+/// A `ManualBackend`'s driver: the wake-up its scheduler asked for last. An object of its own,
+/// which the scheduler owns (`TimerScheduler.attach(owning:)`): it holds neither the backend
+/// nor the scheduler, so no weak reference to the backend is needed (a weak reference gives
+/// its object a side table, and every retain and release of the backend would then take the
+/// runtime's slow path: ~250 instructions per fire).
+final class ManualWakeUps: TimerDriver, @unchecked Sendable {
+    // @unchecked: `requested` and `failure` are read and written only under `lock`.
+    let lock = FutexLock()
+    private var requested = MonotonicInstant.distantFuture
+    /// Set by tests: every wake-up request fails with it.
+    var failure: TimerError?
+
+    /// The wake-up asked for last; `.distantFuture` for none.
+    var request: MonotonicInstant { lock.withLock { requested } }
+
+    /// Takes the wake-up asked for, if it is due by `deadline`: it is used up.
+    func take(upTo deadline: MonotonicInstant) -> MonotonicInstant? {
+        lock.withLock {
+            guard requested != .distantFuture, requested <= deadline else { return nil }
+            defer { requested = .distantFuture }
+            return requested
+        }
+    }
+
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try lock.withLock { () throws(TimerError) in
+            if let failure { throw failure }
+            requested = deadline
         }
     }
 }

@@ -20,11 +20,16 @@ extension TimerScheduler {
         let interval: Duration?
         let clock: DeadlineClock
         let clockChanged: Bool
-        let observers: [TimerObserver]
+        /// The timer's own observers; nil when it has none (most timers: no reference to hold).
+        let observers: [TimerObserver]?
         let target: WeakReference?
-        /// The handle a tick names (for a timer scheduled with a key: only when observers want
-        /// ticks, made for them).
-        let handle: TimerHandle?
+        /// The handle of a timer scheduled with a key, made when observers want ticks (which
+        /// name a handle); nil otherwise. A handle's timer's handle is `owner`.
+        let keyedHandle: TimerHandle?
+
+        /// The handle a tick names: the owner of a handle's timer, or the one made for a
+        /// timer scheduled with a key.
+        var handle: TimerHandle? { kind == 0 ? unsafeDowncast(owner, to: TimerHandle.self) : keyedHandle }
     }
 
     /// The most handlers one `fireDueTimers` call runs (SwiftNIO runs at most 4096 scheduled
@@ -164,20 +169,19 @@ extension TimerScheduler {
         if let extras, extras.runsTasks { extras.tasksRunning += 1 }
         let owner = record.pointee.owner ?? Self.endedHandlerOwner
         let kind = record.pointee.callbackKind
-        var handle: TimerHandle?
+        var keyedHandle: TimerHandle?
         var handler = Self.endedHandler
+        let observers = extras.flatMap { $0.observers.isEmpty ? nil : $0.observers }
         if kind == 0 {
-            let timer = unsafeDowncast(owner, to: TimerHandle.self)
-            handle = timer
-            handler = timer.handler
-        } else if observed || !(extras?.observers.isEmpty ?? true) {
-            handle = frontLocked(slot)
+            handler = unsafeDowncast(owner, to: TimerHandle.self).handler
+        } else if observed || observers != nil {
+            keyedHandle = frontLocked(slot)
         }
         return Call(
             owner: owner, handler: handler, kind: kind,
             slot: slot, generation: record.pointee.generation, index: index, scheduled: scheduled, actual: actual,
             missed: missed, interval: interval, clock: timerClock, clockChanged: clockChanged,
-            observers: extras?.observers ?? [], target: extras?.target, handle: handle)
+            observers: observers, target: extras?.target, keyedHandle: keyedHandle)
     }
 
     /// Stands in for the owner of a record that has none (never: a queued timer has one).
@@ -244,7 +248,7 @@ extension TimerScheduler {
 
     func invoke(_ call: borrowing Call) {
         let registryObservers = registry.currentObservers()
-        guard !registryObservers.isEmpty || !call.observers.isEmpty, let handle = call.handle else {
+        guard !registryObservers.isEmpty || call.observers != nil, let handle = call.handle else {
             makeCall(call)
             return
         }
@@ -252,11 +256,11 @@ extension TimerScheduler {
             index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
             missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged, timer: handle)
         for observer in registryObservers { observer.willFire?(tick) }
-        for observer in call.observers { observer.willFire?(tick) }
+        for observer in call.observers ?? [] { observer.willFire?(tick) }
         let began = clock.now()
         makeCall(call)
         let elapsed = clock.now() - began
-        for observer in call.observers { observer.didFire?(tick, elapsed) }
+        for observer in call.observers ?? [] { observer.didFire?(tick, elapsed) }
         for observer in registryObservers { observer.didFire?(tick, elapsed) }
     }
 

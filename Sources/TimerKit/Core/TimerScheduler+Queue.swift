@@ -310,12 +310,18 @@ extension TimerScheduler {
         try wakeLocked(at: wanted, &after)
     }
 
-    /// Asks the driver to wake the loop at `key` (`.max`: disarms). The driver is loaded into
-    /// `after`, so that if that strong reference is the backend's last, the backend goes after
-    /// unlocking (its `deinit` shuts this scheduler down, which takes this lock).
+    /// Asks the driver to wake the loop at `key` (`.max`: disarms). A driver held weakly is
+    /// loaded into `after`, so that if that strong reference is the backend's last, the backend
+    /// goes after unlocking (its `deinit` shuts this scheduler down, which takes this lock); an
+    /// owned one is this scheduler's to keep, and is called as it is.
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
-        guard let driver = after.loadDriver({ driver }) else { return }
-        try driver.wake(at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
+        let deadline = key == .max ? MonotonicInstant.distantFuture : MonotonicInstant(nanoseconds: key)
+        if let ownedDriver {
+            try ownedDriver.wake(at: deadline)
+        } else {
+            guard let driver = after.loadDriver({ driver }) else { return }
+            try driver.wake(at: deadline)
+        }
         armedKey = key
     }
 

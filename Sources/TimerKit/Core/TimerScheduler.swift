@@ -62,6 +62,11 @@ import Synchronization
     /// lock: if the owner let the backend go meanwhile, its `deinit`, which shuts this
     /// scheduler down, runs after unlocking.
     @exclusivity(unchecked) weak var driver: (any TimerDriver)?
+    /// A driver the scheduler owns (`attach(owning:)`) instead: one that holds neither its
+    /// backend nor this scheduler, so keeping it strongly makes no cycle. Loading it costs a
+    /// plain retain, where a weak reference's target takes the runtime's slow path (its side
+    /// table) on every retain and release, about 250 instructions per wake-up request.
+    @exclusivity(unchecked) var ownedDriver: (any TimerDriver)?
     /// Whether a driver was attached (read without loading it).
     @exclusivity(unchecked) var isAttached = false
     /// The key the driver is armed for; `.max` when it is not armed.
@@ -140,6 +145,16 @@ import Synchronization
     public func attach(_ driver: any TimerDriver) {
         mutex.withLock {
             self.driver = driver
+            isAttached = true
+        }
+    }
+
+    /// Connects a driver that this scheduler keeps (strongly, for as long as it lives): an
+    /// object of the backend's that holds neither the backend nor the scheduler (its wake-up
+    /// state), so that the backend itself is never referenced weakly.
+    package func attach(owning driver: any TimerDriver) {
+        mutex.withLock {
+            ownedDriver = driver
             isAttached = true
         }
     }

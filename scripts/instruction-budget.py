@@ -7,7 +7,9 @@ Usage: instruction-budget.py STORE_PROFILE BUDGETS.json
 For each backend (manual, epoll) and path (handles, keys), `store-profile` runs three times
 under valgrind with 100,000 live timers: with no operation, with 100,000 schedule + cancel
 pairs, and with 100,000 resets to a later deadline; the differences divided by 100,000 are the
-instructions per pair and per reset. Instruction counts do not move with the machine's load
+instructions per pair and per reset. With a "fire" budget, `store-profile fires` also runs with
+0 and 10,000 fires of one repeating timer on ManualBackend: the instructions per fire of the
+Manual fire path. Instruction counts do not move with the machine's load
 (unlike times, which move 10-30 % from run to run on a shared VM), so the gate is exact: a
 change that adds work to these paths fails it, whatever the machine is doing.
 
@@ -17,9 +19,12 @@ import concurrent.futures, json, os, re, subprocess, sys
 LIVE = OPERATIONS = 100_000
 MARGIN = 1.05
 
+FIRES = 10_000
+
 def instructions(binary, backend, pairs, resets, path):
-    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               binary, backend, str(LIVE), str(pairs), str(resets)] + (["keys"] if path == "keys" else [])
+    arguments = (["fires", str(pairs)] if path == "fires" else
+                 [backend, str(LIVE), str(pairs), str(resets)] + (["keys"] if path == "keys" else []))
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", binary] + arguments
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"instruction-budget: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
@@ -29,11 +34,15 @@ def instructions(binary, backend, pairs, resets, path):
     return int(match.group(1).replace(",", ""))
 
 def main(binary, budget_file):
-    budgets = json.load(open(budget_file))["budgets"]
+    loaded = json.load(open(budget_file))
+    budgets = loaded["budgets"]
+    fire_budget = loaded.get("fire", {}).get("manual")
     runs = {}
     jobs = [(backend, path, pairs, resets)
             for backend in budgets for path in budgets[backend]
             for pairs, resets in [(0, 0), (OPERATIONS, 0), (0, OPERATIONS)]]
+    if fire_budget is not None:
+        jobs += [("manual", "fires", 0, 0), ("manual", "fires", FIRES, 0)]
     # Two at a time: valgrind runs a program on one core.
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         futures = {job: pool.submit(instructions, binary, job[0], job[2], job[3], job[1]) for job in jobs}
@@ -54,6 +63,14 @@ def main(binary, budget_file):
                       f"(budget {budget:,}, fails above {limit:,.0f})")
                 if not ok:
                     problems.append(f"{backend} {path} {operation}: {value:,.0f} > {limit:,.0f}")
+    if fire_budget is not None:
+        value = (runs[("manual", "fires", FIRES, 0)] - runs[("manual", "fires", 0, 0)]) / FIRES
+        limit = fire_budget * MARGIN
+        ok = value <= limit
+        print(f"{'ok  ' if ok else 'FAIL'} manual fire path: {value:,.0f} instructions per fire "
+              f"(budget {fire_budget:,}, fails above {limit:,.0f})")
+        if not ok:
+            problems.append(f"manual fire path: {value:,.0f} > {limit:,.0f}")
     if problems:
         print("instruction-budget: over budget: " + "; ".join(problems), file=sys.stderr)
         sys.exit(1)

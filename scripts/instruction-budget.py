@@ -48,29 +48,24 @@ def main(binary, budget_file):
         futures = {job: pool.submit(instructions, binary, job[0], job[2], job[3], job[1]) for job in jobs}
         runs = {job: future.result() for job, future in futures.items()}
     problems = []
+
+    def check(name, value, budget, unit="instructions"):
+        limit = budget * MARGIN
+        ok = value <= limit
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {value:,.0f} {unit} (budget {budget:,}, fails above {limit:,.0f})")
+        if not ok:
+            problems.append(f"{name}: {value:,.0f} > {limit:,.0f}")
+
     for backend in budgets:
         for path in budgets[backend]:
             base = runs[(backend, path, 0, 0)]
-            measured = {
-                "pair": (runs[(backend, path, OPERATIONS, 0)] - base) / OPERATIONS,
-                "reset": (runs[(backend, path, 0, OPERATIONS)] - base) / OPERATIONS,
-            }
-            for operation, value in measured.items():
-                budget = budgets[backend][path][operation]
-                limit = budget * MARGIN
-                ok = value <= limit
-                print(f"{'ok  ' if ok else 'FAIL'} {backend} {path} {operation}: {value:,.0f} instructions "
-                      f"(budget {budget:,}, fails above {limit:,.0f})")
-                if not ok:
-                    problems.append(f"{backend} {path} {operation}: {value:,.0f} > {limit:,.0f}")
+            check(f"{backend} {path} pair", (runs[(backend, path, OPERATIONS, 0)] - base) / OPERATIONS,
+                  budgets[backend][path]["pair"])
+            check(f"{backend} {path} reset", (runs[(backend, path, 0, OPERATIONS)] - base) / OPERATIONS,
+                  budgets[backend][path]["reset"])
     if fire_budget is not None:
-        value = (runs[("manual", "fires", FIRES, 0)] - runs[("manual", "fires", 0, 0)]) / FIRES
-        limit = fire_budget * MARGIN
-        ok = value <= limit
-        print(f"{'ok  ' if ok else 'FAIL'} manual fire path: {value:,.0f} instructions per fire "
-              f"(budget {fire_budget:,}, fails above {limit:,.0f})")
-        if not ok:
-            problems.append(f"manual fire path: {value:,.0f} > {limit:,.0f}")
+        check("manual fire path", (runs[("manual", "fires", FIRES, 0)] - runs[("manual", "fires", 0, 0)]) / FIRES,
+              fire_budget, "instructions per fire")
     if problems:
         print("instruction-budget: over budget: " + "; ".join(problems), file=sys.stderr)
         sys.exit(1)

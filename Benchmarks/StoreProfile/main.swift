@@ -126,7 +126,8 @@ let counts = arguments.dropFirst().prefix(3).map { Int($0) }
 guard arguments.count >= 4, ["manual", "epoll"].contains(arguments.first), counts.count == 3,
     let live = counts[0], let pairs = counts[1], let resets = counts[2], live > 0, pairs >= 0, resets >= 0
 else {
-    FileHandle.standardError.write(Data("usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), or store-profile fires FIRES\n".utf8))
+    let usage = "usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), or store-profile fires FIRES\n"
+    FileHandle.standardError.write(Data(usage.utf8))
     exit(2)
 }
 let keys = arguments.last == "keys"

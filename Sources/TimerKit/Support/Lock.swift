@@ -5,11 +5,11 @@ import Synchronization
 /// A mutex on a futex word (`ctk_lock`): taking and letting go of a free lock is one atomic
 /// instruction each and no system call; a thread that finds it held sleeps in the kernel.
 ///
-/// Not `Synchronization.Mutex`: its atomics are compiled into the standard library, which
-/// ThreadSanitizer does not instrument, so it reports false races inside `withLock`. These are
-/// compiled in TimerKit's C shim, which the sanitizer instruments, so it sees the lock's
-/// ordering. Not a pthread mutex: taking and letting go of one costs about 75 instructions,
-/// this about 20, and every schedule and cancel takes a lock.
+/// Not `Synchronization.Mutex`: ThreadSanitizer reports false races inside its `withLock` (it
+/// does not see that lock's ordering). These atomics are compiled in TimerKit's C shim, which
+/// the sanitizer instruments, so it sees this lock's ordering (`make tsan` runs clean). Not a
+/// pthread mutex: taking and letting go of one costs about 75 instructions, this about 20, and
+/// every schedule and cancel takes a lock.
 ///
 /// The word lives at a stable heap address, so it is never moved while locked. Debug builds
 /// record the holder: a thread that takes it again crashes with a message naming the lock

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Testing
 import TimerKitTestSupport
 
@@ -110,35 +111,40 @@ struct LockTests {
     }
 
     /// A broadcast wakes every waiter, including one that is about to sleep (it read the
-    /// condition before the broadcast): 8 threads wait for a flag, one sets it and broadcasts,
-    /// and all 8 return, round after round.
+    /// condition before the broadcast): 8 threads of their own (not a pool's, which other tests
+    /// may hold) wait for each of 200 rounds, one thread starts each round and broadcasts, and
+    /// every waiter returns from every round.
     @Test func aBroadcastWakesEveryWaiter() {
         final class Gate: @unchecked Sendable {
             // @unchecked: `round` and `returned` are read and written only under `lock`.
             let lock = FutexLock()
-            let changed = FutexCondition()
+            let roundStarted = FutexCondition()
+            let waiterReturned = FutexCondition()
             var round = 0
             var returned = 0
         }
         let gate = Gate()
+        let (waiters, rounds) = (8, 200)
         withWatchdog("condition broadcast", seconds: 60) {
-            for round in 1...200 {
-                let waiters = DispatchGroup()
-                for _ in 0..<8 {
-                    DispatchQueue.global().async(group: waiters) {
+            for _ in 0..<waiters {
+                Thread {
+                    for round in 1...rounds {
                         gate.lock.lock()
-                        while gate.round < round { gate.changed.wait(gate.lock) }
+                        while gate.round < round { gate.roundStarted.wait(gate.lock) }
                         gate.returned += 1
+                        gate.waiterReturned.broadcast()
                         gate.lock.unlock()
                     }
-                }
-                gate.lock.withLock {
-                    gate.round = round
-                    gate.changed.broadcast()
-                }
-                waiters.wait()
+                }.start()
+            }
+            for round in 1...rounds {
+                gate.lock.lock()
+                gate.round = round
+                gate.roundStarted.broadcast()
+                while gate.returned < waiters * round { gate.waiterReturned.wait(gate.lock) }
+                gate.lock.unlock()
             }
         }
-        #expect(gate.lock.withLock { gate.returned } == 1_600)
+        #expect(gate.lock.withLock { gate.returned } == waiters * rounds)
     }
 }

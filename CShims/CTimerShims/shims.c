@@ -90,16 +90,19 @@ void ctk_unlock(ctk_lock_t *lock) {
 }
 
 void ctk_condition_wait(ctk_condition_t *condition, ctk_lock_t *lock) {
-    // Read under the lock: a broadcast after this (which changes the sequence) ends the wait,
-    // even one made before this thread sleeps.
-    uint32_t seen = __atomic_load_n(&condition->sequence, __ATOMIC_RELAXED);
+    // Counted before the sequence is read (both sequentially consistent, as the broadcast's
+    // two steps are): a broadcast either sees this waiter and wakes it, or changed the
+    // sequence before it was read, and so came before this wait began.
+    __atomic_fetch_add(&condition->waiters, 1, __ATOMIC_SEQ_CST);
+    uint32_t seen = __atomic_load_n(&condition->sequence, __ATOMIC_SEQ_CST);
     ctk_unlock(lock);
     futex_wait(&condition->sequence, seen);
+    __atomic_fetch_sub(&condition->waiters, 1, __ATOMIC_RELAXED);
     // Taken as contended: threads woken with this one may be waiting for the lock too.
     lock_contended(lock);
 }
 
 void ctk_condition_broadcast(ctk_condition_t *condition) {
-    __atomic_fetch_add(&condition->sequence, 1, __ATOMIC_RELEASE);
-    futex_wake(&condition->sequence, INT_MAX);
+    __atomic_fetch_add(&condition->sequence, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&condition->waiters, __ATOMIC_SEQ_CST) != 0) futex_wake(&condition->sequence, INT_MAX);
 }

@@ -54,14 +54,15 @@ int ctk_trylock(ctk_lock_t *lock);
 /// Lets `lock` go, waking one waiter if there may be one.
 void ctk_unlock(ctk_lock_t *lock);
 
-/// A condition's sequence word, paired with a `ctk_lock_t`. Zero-initialised.
-typedef struct { uint32_t sequence; } ctk_condition_t;
+/// A condition's sequence word and count of waiting threads, paired with a `ctk_lock_t`.
+/// Zero-initialised.
+typedef struct { uint32_t sequence; uint32_t waiters; } ctk_condition_t;
 
 /// Lets `lock` (held) go, waits until `condition` is broadcast (or spuriously), and takes
 /// `lock` again. Callers wait in a loop on their own condition, as with pthread_cond_wait.
 void ctk_condition_wait(ctk_condition_t *condition, ctk_lock_t *lock);
 
-/// Wakes every thread waiting on `condition`.
+/// Wakes every thread waiting on `condition`; with none waiting, makes no system call.
 void ctk_condition_broadcast(ctk_condition_t *condition);
 
 #endif

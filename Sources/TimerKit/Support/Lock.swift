@@ -79,12 +79,13 @@ package final class FutexLock: @unchecked Sendable {
 /// A condition variable paired with a `FutexLock` (`ctk_condition_wait`). Waits may end
 /// spuriously: callers wait in a loop on their own condition.
 package final class FutexCondition: @unchecked Sendable {
-    // @unchecked: the sequence word is changed only by the C shim's atomic operations.
+    // @unchecked: the sequence and waiter words are changed only by the C shim's atomic
+    // operations.
     private let raw: UnsafeMutablePointer<ctk_condition_t>
 
     package init() {
         raw = .allocate(capacity: 1)
-        raw.initialize(to: ctk_condition_t(sequence: 0))
+        raw.initialize(to: ctk_condition_t(sequence: 0, waiters: 0))
     }
 
     deinit {

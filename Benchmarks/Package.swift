@@ -34,7 +34,10 @@ let package = Package(
         // bench-check counts its instructions per operation (scripts/instruction-budget.py).
         .executableTarget(
             name: "store-profile",
-            dependencies: [.product(name: "TimerKit", package: "TimerKit"), .product(name: "TimerKitEpoll", package: "TimerKit")],
+            dependencies: [
+                .product(name: "TimerKit", package: "TimerKit"), .product(name: "TimerKitEpoll", package: "TimerKit"),
+                .product(name: "TimerKitURing", package: "TimerKit"),
+            ],
             path: "StoreProfile",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

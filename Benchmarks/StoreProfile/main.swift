@@ -7,13 +7,19 @@
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
 //     store-profile fires FIRES
+//     store-profile loop-fires epoll|epoll-pwait2|uring FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
 // one repeating timer on virtual time (the Manual fire path; run with 0 and subtract).
+// `loop-fires` makes FIRES fires of a repeating 50 µs timer (tolerance 0) on a real backend's
+// loop thread: the user-space instructions of a wake-up, its fire and the re-arm (run with 0
+// and subtract; under valgrind every fire is late, so each wake-up fires once; valgrind runs
+// only `epoll`, as it knows neither epoll_pwait2 nor io_uring).
 import Foundation
 import TimerKit
 import TimerKitEpoll
+import TimerKitURing
 
 /// Xorshift64* with a fixed seed: the same workload every run, and no system call per draw.
 struct Workload: RandomNumberGenerator {
@@ -110,6 +116,46 @@ func firePath(_ clock: ManualBackend, fires: Int) {
     for _ in 0..<fires { clock.advance(by: .microseconds(100)) }
 }
 
+/// FIRES fires of a repeating 50 µs timer on a real backend's loop.
+func loopFireWorkload(backend name: String, fires: Int) throws {
+    let backend: any TimerBackend =
+        switch name {
+        case "epoll": try EpollBackend(registry: TimerRegistry())
+        case "epoll-pwait2": try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
+        default: try IOURingBackend(registry: TimerRegistry())
+        }
+    defer { backend.shutdown() }
+    let done = DispatchSemaphore(value: 0)
+    let count = Counter(limit: fires)
+    try backend.schedule(.every(.microseconds(50))) { _ in if count.increment() { done.signal() } }
+    if fires > 0 { done.wait() }
+}
+
+/// Counts fires on the loop thread; says when the limit is reached.
+final class Counter: @unchecked Sendable {
+    // @unchecked: only the backend's loop thread touches `count` (one timer, one loop).
+    private var count = 0
+    let limit: Int
+    init(limit: Int) { self.limit = limit }
+    func increment() -> Bool {
+        count += 1
+        return count == limit
+    }
+}
+
+if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "loop-fires",
+    ["epoll", "epoll-pwait2", "uring"].contains(CommandLine.arguments[2]), let fires = Int(CommandLine.arguments[3]), fires >= 0
+{
+    do {
+        try loopFireWorkload(backend: CommandLine.arguments[2], fires: fires)
+        print("loop-fires \(fires)")
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("store-profile: \(error)\n".utf8))
+        exit(1)
+    }
+}
+
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fires", let fires = Int(CommandLine.arguments[2]), fires >= 0 {
     do {
         try fireWorkload(fires: fires)
@@ -126,7 +172,11 @@ let counts = arguments.dropFirst().prefix(3).map { Int($0) }
 guard arguments.count >= 4, ["manual", "epoll"].contains(arguments.first), counts.count == 3,
     let live = counts[0], let pairs = counts[1], let resets = counts[2], live > 0, pairs >= 0, resets >= 0
 else {
-    let usage = "usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), or store-profile fires FIRES\n"
+    let usage = """
+        usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), \
+        or store-profile fires FIRES, or store-profile loop-fires epoll|epoll-pwait2|uring FIRES
+
+        """
     FileHandle.standardError.write(Data(usage.utf8))
     exit(2)
 }

@@ -155,7 +155,7 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
 
         let scheduler = TimerScheduler(backendName: "epoll", registry: registry)
         self.scheduler = scheduler
-        let state = EpollLoopState(epollFD: epollFD, timerFD: timerFD, eventFD: eventFD, scheduler: scheduler)
+        let state = EpollLoopState(epollFD: epollFD, timerFD: timerFD, eventFD: eventFD)
         self.state = state
         let started = StartSignal<(ObtainedPriority, Int32, TimerError?)>()
         let slack = options.timerSlack ?? (options.waitMode == .epollPwait2 ? .nanoseconds(1) : nil)
@@ -171,9 +171,9 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
                     started.send((options.priority.applyToCurrentThread(), ctk_gettid(), slackError))
                     do throws(TimerError) {
                         if timerFD >= 0 {
-                            try state.runWithTimerFD(loop)
+                            try state.runWithTimerFD(loop, firing: scheduler)
                         } else {
-                            try state.runWithPwait2(loop)
+                            try state.runWithPwait2(loop, firing: scheduler)
                         }
                     } catch {
                         scheduler.fail(with: error)  // the descriptors stay open until shutdown()
@@ -191,7 +191,7 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
         let (priority, threadID, slackError) = started.receive() ?? (ObtainedPriority(priority: .normal, fallbackReason: nil), 0, nil)
         obtainedPriority = priority
         loopThreadID = threadID
-        scheduler.attach(self)
+        scheduler.attach(owning: state)
         if let slackError {
             shutdown()
             throw slackError
@@ -210,23 +210,14 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension EpollBackend: TimerDriver {
-    /// From the loop's own thread (its handlers, the scheduler's re-queues) the request is
-    /// recorded, and the loop applies the last one before it sleeps: one re-arm per wake-up at
-    /// the most. From another thread, timerfd mode arms the timerfd at once (the scheduler's
-    /// lock orders the calls, so the last request wins); epollPwait2 mode wakes the loop if it
-    /// sleeps past the deadline.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try state.request(deadline == .distantFuture ? .max : deadline.nanoseconds)
-    }
-}
-
-/// What the loop thread and `wake(at:)` share. Kept apart from the backend so that the loop
-/// never holds the backend: a backend dropped inside one of its own handlers goes while its
-/// loop still runs.
-private final class EpollLoopState: @unchecked Sendable {
-    // @unchecked: the descriptors and `scheduler` never change; `requested` and `armed` are
-    // guarded by `armLock`; `gate`, `counts` and `loopThread` guard themselves.
+/// What the loop thread and `wake(at:)` share, and the scheduler's driver. Kept apart from the
+/// backend so that the loop never holds the backend (a backend dropped inside one of its own
+/// handlers goes while its loop still runs), and holding no scheduler, so that the scheduler
+/// owns it (`attach(owning:)`) without a cycle: a weakly held driver would cost the runtime's
+/// slow reference counting on every wake-up request.
+private final class EpollLoopState: TimerDriver, @unchecked Sendable {
+    // @unchecked: the descriptors never change; `requested` and `armed` are guarded by
+    // `armLock`; `gate`, `counts` and `loopThread` guard themselves.
     static let timerToken: UInt64 = 1
     static let wakeToken: UInt64 = 2
 
@@ -234,7 +225,6 @@ private final class EpollLoopState: @unchecked Sendable {
     /// -1 in epollPwait2 mode.
     let timerFD: Int32
     let eventFD: Int32
-    let scheduler: TimerScheduler
     let counts = LoopCounts()
     let loopThread = Atomic<UInt>(0)
     private let armLock = FutexLock()
@@ -245,8 +235,17 @@ private final class EpollLoopState: @unchecked Sendable {
     /// The same for epollPwait2 mode, with whether the loop sleeps and until when.
     private let gate = SleepGate()
 
-    init(epollFD: Int32, timerFD: Int32, eventFD: Int32, scheduler: TimerScheduler) {
-        (self.epollFD, self.timerFD, self.eventFD, self.scheduler) = (epollFD, timerFD, eventFD, scheduler)
+    init(epollFD: Int32, timerFD: Int32, eventFD: Int32) {
+        (self.epollFD, self.timerFD, self.eventFD) = (epollFD, timerFD, eventFD)
+    }
+
+    /// From the loop's own thread (its handlers, the scheduler's re-queues) the request is
+    /// recorded, and the loop applies the last one before it sleeps: one re-arm per wake-up at
+    /// the most. From another thread, timerfd mode arms the timerfd at once (the scheduler's
+    /// lock orders the calls, so the last request wins); epollPwait2 mode wakes the loop if it
+    /// sleeps past the deadline.
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try request(deadline == .distantFuture ? .max : deadline.nanoseconds)
     }
 
     /// Wakes the loop from its wait.
@@ -270,7 +269,7 @@ private final class EpollLoopState: @unchecked Sendable {
 
     /// timerfd mode: sleep in `epoll_wait`; before each sleep, arm the timerfd for the
     /// scheduler's latest request if it is not armed for that already.
-    func runWithTimerFD(_ loop: OwnedLoop) throws(TimerError) {
+    func runWithTimerFD(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 2)
         while !loop.isStopping {
             try applyRequest()
@@ -297,7 +296,7 @@ private final class EpollLoopState: @unchecked Sendable {
 
     /// epollPwait2 mode: sleep in `epoll_pwait2` until the scheduler's latest request; another
     /// thread with an earlier one writes the eventfd.
-    func runWithPwait2(_ loop: OwnedLoop) throws(TimerError) {
+    func runWithPwait2(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 2)
         while !loop.isStopping {
             let deadline = gate.goingToSleep()

@@ -97,7 +97,7 @@ public final class IOURingBackend: TimerBackend, @unchecked Sendable {
         }
         let scheduler = TimerScheduler(backendName: "io_uring", registry: registry)
         self.scheduler = scheduler
-        let state = URingLoopState(ring: ring, eventFD: eventFD, scheduler: scheduler)
+        let state = URingLoopState(ring: ring, eventFD: eventFD)
         self.state = state
         let started = StartSignal<(ObtainedPriority, Int32, TimerError?)>()
         do throws(TimerError) {
@@ -116,7 +116,7 @@ public final class IOURingBackend: TimerBackend, @unchecked Sendable {
                     if startError == nil { _ = io_uring_register_ring_fd(ring.ring) }
                     started.send((options.priority.applyToCurrentThread(), ctk_gettid(), startError))
                     guard startError == nil else { return }
-                    do throws(TimerError) { try state.run(loop) } catch {
+                    do throws(TimerError) { try state.run(loop, firing: scheduler) } catch {
                         scheduler.fail(with: error)  // the ring and eventfd stay open until shutdown()
                     }
                     // On the thread that registered it: `close()` may run on another.
@@ -130,7 +130,7 @@ public final class IOURingBackend: TimerBackend, @unchecked Sendable {
         let (priority, threadID, startError) = started.receive() ?? (ObtainedPriority(priority: .normal, fallbackReason: nil), 0, nil)
         obtainedPriority = priority
         loopThreadID = threadID
-        scheduler.attach(self)
+        scheduler.attach(owning: state)
         if let startError {
             shutdown()
             throw startError
@@ -146,15 +146,6 @@ public final class IOURingBackend: TimerBackend, @unchecked Sendable {
         scheduler.shutdown()
         let state = self.state
         loop.stop { state.signal() }
-    }
-}
-
-@_spi(BackendImplementation) extension IOURingBackend: TimerDriver {
-    /// Records the request; the loop moves its timeout to the last one before it sleeps. From
-    /// another thread, a request earlier than the loop sleeps until also wakes it (an eventfd
-    /// write, the read of which is queued on the ring).
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        state.request(deadline == .distantFuture ? .max : deadline.nanoseconds)
     }
 }
 
@@ -244,11 +235,13 @@ struct URing: @unchecked Sendable {
     }
 }
 
-/// What the loop thread and `wake(at:)` share. Kept apart from the backend so that the loop
-/// never holds the backend: a backend dropped inside one of its own handlers goes while its
-/// loop still runs.
-private final class URingLoopState: @unchecked Sendable {
-    // @unchecked: `ring`, `eventFD`, `scheduler` and the buffers never change; the ring and the
+/// What the loop thread and `wake(at:)` share, and the scheduler's driver. Kept apart from the
+/// backend so that the loop never holds the backend (a backend dropped inside one of its own
+/// handlers goes while its loop still runs), and holding no scheduler, so that the scheduler
+/// owns it (`attach(owning:)`) without a cycle: a weakly held driver would cost the runtime's
+/// slow reference counting on every wake-up request.
+private final class URingLoopState: TimerDriver, @unchecked Sendable {
+    // @unchecked: `ring`, `eventFD` and the buffers never change; the ring and the
     // buffers are touched by the loop thread only (after init, before close); `gate`, `counts`
     // and `loopThread` guard themselves.
     private static let timeoutTag: UInt64 = 1
@@ -259,7 +252,6 @@ private final class URingLoopState: @unchecked Sendable {
 
     let ring: URing
     let eventFD: Int32
-    let scheduler: TimerScheduler
     let counts = LoopCounts()
     let loopThread = Atomic<UInt>(0)
     private let gate = SleepGate()
@@ -268,8 +260,8 @@ private final class URingLoopState: @unchecked Sendable {
     private let readBuffer = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
     private let time = UnsafeMutablePointer<__kernel_timespec>.allocate(capacity: 1)
 
-    init(ring: URing, eventFD: Int32, scheduler: TimerScheduler) {
-        (self.ring, self.eventFD, self.scheduler) = (ring, eventFD, scheduler)
+    init(ring: URing, eventFD: Int32) {
+        (self.ring, self.eventFD) = (ring, eventFD)
         readBuffer.initialize(to: 0)
         time.initialize(to: __kernel_timespec())
     }
@@ -289,13 +281,16 @@ private final class URingLoopState: @unchecked Sendable {
         _ = write(eventFD, &one, 8)
     }
 
-    func request(_ key: UInt64) {
-        if gate.request(key) { signal() }
+    /// Records the request; the loop moves its timeout to the last one before it sleeps. From
+    /// another thread, a request earlier than the loop sleeps until also wakes it (an eventfd
+    /// write, the read of which is queued on the ring).
+    func wake(at deadline: MonotonicInstant) {
+        if gate.request(deadline == .distantFuture ? .max : deadline.nanoseconds) { signal() }
     }
 
     /// Sleeps in `io_uring_enter` until a completion: the timeout's (timers are due) or the
     /// eventfd read's (another thread's earlier deadline, a stop).
-    func run(_ loop: OwnedLoop) throws(TimerError) {
+    func run(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         let ring = self.ring.ring
         var timeoutQueued = false
         var armed = UInt64.max

@@ -65,6 +65,29 @@ struct ShutdownTests {
             #expect(scheduler.registry.count == 0)
         }
     }
+
+    /// A driver the scheduler owns goes at shutdown, so a scheduler that handles keep alive
+    /// holds nothing of a backend that is gone; and it goes after unlocking: its release here
+    /// asks the scheduler something (which takes the lock), and would hang (a debug build's
+    /// lock traps) if it ran under it.
+    @Test func anOwnedDriverGoesAtShutdownAndNotUnderTheLock() throws {
+        try withWatchdog {
+            let scheduler = TimerScheduler(backendName: "owned", registry: TimerRegistry())
+            let released = Locked<Int?>(nil)
+            final class OwnedDriver: TimerDriver, Sendable {
+                let onRelease: OnRelease
+                init(_ onRelease: OnRelease) { self.onRelease = onRelease }
+                func wake(at deadline: MonotonicInstant) throws(TimerError) {}
+            }
+            scheduler.attach(owning: OwnedDriver(OnRelease { [weak scheduler] in released.withLock { $0 = scheduler?.pendingCount } }))
+            let timer = try scheduler.schedule(.after(.seconds(60)), name: nil, tolerance: .zero, policy: .skip, target: nil) { _ in }
+            #expect(released.withLock { $0 } == nil)
+            scheduler.shutdown()
+            #expect(released.withLock { $0 } != nil, "the driver was not released at shutdown")
+            #expect(timer.currentState == .cancelled)
+            withExtendedLifetime(timer) {}
+        }
+    }
 }
 
 @Suite("ManualBackend from several threads")

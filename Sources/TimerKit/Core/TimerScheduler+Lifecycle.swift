@@ -28,12 +28,16 @@ extension TimerScheduler {
 
     func shutDown(failure: TimerError?) {
         var unwatch = false
+        var ownedDriver: (any TimerDriver)?
         let first = locked { (after: inout AfterUnlock) -> Bool in
             guard !isShutDown else { return false }
             isShutDown = true
             loopFailure = failure
             shutDownFlag.store(true, ordering: .relaxed)
             armedKey = .max
+            // Nothing is armed from now on: an owned driver goes (released below, unlocked), so
+            // that a scheduler its handles keep alive never touches the backend's closed descriptors.
+            swap(&ownedDriver, &self.ownedDriver)
             unwatch = clocks.isWatched
             clocks.isWatched = false
             // Tasks that preferred the loop carry on without it.
@@ -41,6 +45,7 @@ extension TimerScheduler {
             jobs.removeAll()
             return true
         }
+        ownedDriver = nil
         guard first else {
             mutex.lock()
             while !hasEndedAllTimers && !isFiringThreadLocked { waitLocked() }

@@ -100,7 +100,12 @@ struct RunBench: ParsableCommand {
         help: "NIO tasks an hour away to keep on every NIO loop measured (nio and nio-raw), as a server's connections keep theirs.")
     var nioBackgroundTasks = 0
 
-    @Flag(help: "Leave out the raw native baselines (libevent-raw, uring-raw, dispatch-raw, foundation-raw) in throughput and fan-out.")
+    @Flag(
+        help: """
+            Leave out the raw native baselines (libevent-raw, pwait2-raw, uring-raw, dispatch-raw, foundation-raw) \
+            in throughput and fan-out.
+            """
+    )
     var noRaw = false
 
     @Option(help: "Also write a self-contained HTML report with charts to this file.")
@@ -171,8 +176,9 @@ struct RunBench: ParsableCommand {
                 if rawFanoutBaselines.contains(baseline.name) { scenarios.append("fanout") }
                 print("\(baseline.name) \(scenarios.joined(separator: ","))")
             }
-            // Fan-out only: a raw io_uring program, one timeout per timer.
-            if unavailableBackends[URingRawFanout.name] == nil { print("\(URingRawFanout.name) fanout") }
+            // Fan-out only: a raw epoll_pwait2 program (a heap, one wait per wake-up) and a raw
+            // io_uring program (one timeout per timer).
+            for name in [PWait2RawFanout.name, URingRawFanout.name] where unavailableBackends[name] == nil { print("\(name) fanout") }
             return
         }
         nioBackgroundTaskCount.store(nioBackgroundTasks, ordering: .relaxed)

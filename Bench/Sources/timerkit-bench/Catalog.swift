@@ -53,7 +53,10 @@ let allBackends: [BenchBackend] = knownBackends.filter { unavailableBackends[$0.
 let unavailableBackends: [String: String] = {
     var reasons: [String: String] = [:]
     if let reason = IOURingBackend.unavailableReason { reasons["uring"] = reason }
-    if !EpollBackend.supportsEpollPwait2 { reasons["epoll-pwait2"] = "epoll_pwait2 needs Linux 5.11 or later" }
+    if !EpollBackend.supportsEpollPwait2 {
+        reasons["epoll-pwait2"] = "epoll_pwait2 needs Linux 5.11 or later"
+        reasons["pwait2-raw"] = reasons["epoll-pwait2"]
+    }
     if IOURingBackend.unavailableReason != nil { reasons["uring-raw"] = reasons["uring"] }
     return reasons
 }()

@@ -1,0 +1,91 @@
+import CBenchSystem
+import Foundation
+import Synchronization
+import TimerKit
+
+/// The fan-out as an epoll_pwait2 program without TimerKit writes it, with TimerKit's design:
+/// the timers' deadlines in a binary min-heap in user space, and one `epoll_pwait2` per wake-up
+/// whose timeout is the earliest deadline (no timerfd, a timer slack of 1 ns). A fired timer's
+/// next deadline on the grid replaces it at the top and sinks. The floor of TimerKit's
+/// `epoll-pwait2` mode: what the wait itself costs, with the least user-space work beside it.
+enum PWait2RawFanout {
+    static let name = "pwait2-raw"
+
+    /// The heap and the stop flag; everything but `stop` is touched by the loop thread only.
+    private final class Loop: @unchecked Sendable {
+        // @unchecked: `deadlines` and `heap` are touched by the loop thread only, between its
+        // start and its end; `stop` is atomic.
+        var deadlines: [UInt64]
+        /// Timer indices, in heap order of their deadlines.
+        var heap: [Int32]
+        let period: UInt64
+        let recorder: LatencyRecorder
+        let stop = Atomic<Bool>(false)
+
+        init(deadlines: [UInt64], period: UInt64, recorder: LatencyRecorder) {
+            self.deadlines = deadlines
+            self.period = period
+            self.recorder = recorder
+            heap = deadlines.indices.sorted { deadlines[$0] < deadlines[$1] }.map { Int32($0) }
+        }
+
+        /// Lets the top entry sink to its place after its deadline moved later.
+        func siftDownTop() {
+            let count = heap.count
+            let moving = heap[0]
+            let key = deadlines[Int(moving)]
+            var index = 0
+            while true {
+                var child = 2 * index + 1
+                guard child < count else { break }
+                if child + 1 < count, deadlines[Int(heap[child + 1])] < deadlines[Int(heap[child])] { child += 1 }
+                guard deadlines[Int(heap[child])] < key else { break }
+                heap[index] = heap[child]
+                index = child
+            }
+            heap[index] = moving
+        }
+
+        func run(epollFD: Int32) -> Int32 {
+            while !stop.load(ordering: .relaxed) {
+                var now = MonotonicInstant.now().nanoseconds
+                while let top = heap.first, deadlines[Int(top)] <= now {
+                    recorder.record(scheduled: deadlines[Int(top)], actual: now, missed: 0)
+                    repeat { deadlines[Int(top)] += period } while deadlines[Int(top)] <= now
+                    siftDownTop()
+                    now = MonotonicInstant.now().nanoseconds
+                }
+                guard let top = heap.first else { return 0 }
+                let wait = deadlines[Int(top)] - now
+                var timeout = timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
+                let result = bench_epoll_pwait2(epollFD, &timeout)
+                if result < 0 && result != -EINTR { return -result }
+            }
+            return 0
+        }
+    }
+
+    static func run(timers: Int, period: UInt64, seconds: Double, into tally: FanoutTally) throws {
+        let epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard epollFD >= 0 else { throw TimerError.systemCall(call: "epoll_create1", errno: errno) }
+        defer { close(epollFD) }
+        let start = MonotonicInstant.now().nanoseconds + 50_000_000
+        let loop = Loop(
+            deadlines: (0..<timers).map { _ in start + UInt64.random(in: 0..<period) }, period: period, recorder: tally.recorder)
+        let ended = DispatchSemaphore(value: 0)
+        let failure = Atomic<Int32>(0)
+        Thread.detachNewThread {
+            // As TimerKit's epoll-pwait2 mode: the default 50 µs slack would delay every wait.
+            _ = bench_set_timer_slack(1)
+            failure.store(loop.run(epollFD: epollFD), ordering: .relaxed)
+            ended.signal()
+        }
+        // A timer is due every 10 µs or so: the loop sees the flag at once.
+        measureFanoutSlice(seconds: seconds, into: tally) {
+            loop.stop.store(true, ordering: .relaxed)
+            ended.wait()
+        }
+        let code = failure.load(ordering: .relaxed)
+        if code != 0 { throw TimerError.systemCall(call: "epoll_pwait2", errno: code) }
+    }
+}

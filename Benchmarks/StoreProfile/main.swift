@@ -12,10 +12,10 @@
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
 // one repeating timer on virtual time (the Manual fire path; run with 0 and subtract).
-// `loop-fires` makes FIRES fires of a repeating 50 µs timer (tolerance 0) on a real backend's
+// `loop-fires` makes FIRES fires of a repeating 1 ms timer (tolerance 0) on a real backend's
 // loop thread: the user-space instructions of a wake-up, its fire and the re-arm (run with 0
-// and subtract; under valgrind every fire is late, so each wake-up fires once; valgrind runs
-// only `epoll`, as it knows neither epoll_pwait2 nor io_uring).
+// and subtract; a millisecond apart, each fire is a wake-up of its own even under valgrind,
+// which runs only `epoll`, as it knows neither epoll_pwait2 nor io_uring).
 import Foundation
 import TimerKit
 import TimerKitEpoll
@@ -116,7 +116,7 @@ func firePath(_ clock: ManualBackend, fires: Int) {
     for _ in 0..<fires { clock.advance(by: .microseconds(100)) }
 }
 
-/// FIRES fires of a repeating 50 µs timer on a real backend's loop.
+/// FIRES fires of a repeating 1 ms timer on a real backend's loop.
 func loopFireWorkload(backend name: String, fires: Int) throws {
     let backend: any TimerBackend =
         switch name {
@@ -127,7 +127,7 @@ func loopFireWorkload(backend name: String, fires: Int) throws {
     defer { backend.shutdown() }
     let done = DispatchSemaphore(value: 0)
     let count = Counter(limit: fires)
-    try backend.schedule(.every(.microseconds(50))) { _ in if count.increment() { done.signal() } }
+    try backend.schedule(.every(.milliseconds(1))) { _ in if count.increment() { done.signal() } }
     if fires > 0 { done.wait() }
 }
 

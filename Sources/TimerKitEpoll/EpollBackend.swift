@@ -10,9 +10,10 @@ import Synchronization
 ///
 /// A wake-up costs the wait and at the most one re-arm: the timerfd is re-armed only when the
 /// earliest deadline changed, once, just before the loop sleeps again, whatever the handlers of
-/// that wake-up scheduled; it is registered edge-triggered and never read. Another thread that
-/// moves the earliest deadline arms the timerfd itself (in `epollPwait2` mode it writes the
-/// eventfd, and only when the loop sleeps past the new deadline).
+/// that wake-up scheduled; it is registered edge-triggered and never read. A deadline that has
+/// come by the time the loop would sleep again fires at once, with no re-arm and no wait (in
+/// either mode). Another thread that moves the earliest deadline arms the timerfd itself (in
+/// `epollPwait2` mode it writes the eventfd, and only when the loop sleeps past the new deadline).
 ///
 /// If the loop stops on an error (an `epoll_wait` failure, a timerfd that cannot be
 /// re-armed), the backend shuts down with the reason: `schedule` throws
@@ -272,7 +273,10 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     func runWithTimerFD(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 2)
         while !loop.isStopping {
-            try applyRequest()
+            if try applyRequest() {
+                scheduler.fireDueTimers()
+                continue
+            }
             let ready = try retryingInterrupts("epoll_wait") {
                 Int(tokens.withUnsafeMutableBufferPointer { ctk_epoll_wait(epollFD, $0.baseAddress, 2, -1) })
             }
@@ -284,14 +288,24 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
         }
     }
 
-    /// Arms the timerfd for the scheduler's latest request, unless it is armed for it already.
-    private func applyRequest() throws(TimerError) {
+    /// Arms the timerfd for the scheduler's latest request, unless it is armed for it already;
+    /// returns whether that request has come already. Then nothing is armed and the request is
+    /// used up (the fire asks again for what it needs): the loop fires at once rather than arm a
+    /// timer that expires as it is set (in a virtual machine, the costliest system call of a
+    /// wake-up) and wait for it.
+    private func applyRequest() throws(TimerError) -> Bool {
+        let now = MonotonicInstant.now().nanoseconds
         armLock.lock()
         defer { armLock.unlock() }
-        guard requested != armed else { return }
+        if requested <= now {
+            requested = .max
+            return true
+        }
+        guard requested != armed else { return false }
         try armTimerFD(timerFD, at: requested == .max ? .distantFuture : MonotonicInstant(nanoseconds: requested))
         armed = requested
         counts.countRearm()
+        return false
     }
 
     /// epollPwait2 mode: sleep in `epoll_pwait2` until the scheduler's latest request; another
@@ -299,11 +313,15 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     func runWithPwait2(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 2)
         while !loop.isStopping {
-            let deadline = gate.goingToSleep()
+            let now = MonotonicInstant.now().nanoseconds
+            guard let deadline = gate.goingToSleep(unlessDueBy: now) else {
+                scheduler.fireDueTimers()  // come already: no wait
+                continue
+            }
             let ready = try retryingInterrupts("epoll_pwait2") {
                 tokens.withUnsafeMutableBufferPointer { buffer in
                     guard deadline != .max else { return Int(ctk_epoll_pwait2(epollFD, buffer.baseAddress, 2, nil)) }
-                    var timeout = timespecUntil(deadline, now: MonotonicInstant.now().nanoseconds)
+                    var timeout = timespecUntil(deadline, now: now)
                     return Int(ctk_epoll_pwait2(epollFD, buffer.baseAddress, 2, &timeout))
                 }
             }

@@ -52,10 +52,16 @@ package final class SleepGate: @unchecked Sendable {
         return true
     }
 
-    /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken).
-    package func goingToSleep() -> UInt64 {
+    /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken),
+    /// or nil when the latest request has come by `now`. Then the loop fires at once instead of
+    /// sleeping, and the request is used up: the fire asks again for what it needs.
+    package func goingToSleep(unlessDueBy now: UInt64) -> UInt64? {
         lock.lock()
         defer { lock.unlock() }
+        if requested <= now {
+            requested = .max
+            return nil
+        }
         asleep = true
         sleepingUntil = requested
         return requested

@@ -10,7 +10,8 @@ import TimerKitEpoll
 /// an eventfd read queued again) and waits: a wake-up costs that one system call. The deadline is
 /// an `IORING_OP_TIMEOUT` at an absolute `CLOCK_MONOTONIC` time, moved in place with
 /// `IORING_TIMEOUT_UPDATE` (never removed and added again) and only when the earliest deadline
-/// changed. With nothing due the loop sleeps with no timeout armed: no idle wake-ups.
+/// changed. A deadline that has come by the time the loop would sleep again fires at once, with
+/// no system call. With nothing due the loop sleeps with no timeout armed: no idle wake-ups.
 ///
 /// Another thread that moves the earliest deadline earlier than the loop sleeps until writes an
 /// eventfd whose read stays queued on the ring; otherwise it only records the request, which the
@@ -296,7 +297,12 @@ private final class URingLoopState: TimerDriver, @unchecked Sendable {
         var armed = UInt64.max
         var readQueued = false
         while !loop.isStopping {
-            let deadline = gate.goingToSleep()
+            guard let deadline = gate.goingToSleep(unlessDueBy: MonotonicInstant.now().nanoseconds) else {
+                // Come already: fired at once, rather than move the timeout to a time that has
+                // passed and wait for it.
+                scheduler.fireDueTimers()
+                continue
+            }
             if deadline != armed && (timeoutQueued || deadline != .max) {
                 guard let entry = io_uring_get_sqe(ring) else { throw .nativeFailure(backend: "io_uring", call: "io_uring_get_sqe") }
                 time.pointee =

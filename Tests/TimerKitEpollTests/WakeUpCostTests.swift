@@ -41,6 +41,22 @@ struct WakeUpCostTests {
         }
     }
 
+    /// A deadline that has come by the time the loop would sleep fires at once: no timerfd
+    /// armed in the past, no wait that returns at once. A 1 µs repeating timer is due again by
+    /// then on every turn; before, each of its fires cost a wait (and a re-arm).
+    @Test(arguments: [EpollBackend.WaitMode.timerfd, .epollPwait2])
+    func aDeadlineThatHasComeFiresWithoutAWait(_ mode: EpollBackend.WaitMode) async throws {
+        if mode == .epollPwait2, try BackendKind.epollPwait2.checkedUnavailable("the due-deadline check") { return }
+        try await withWatchdog { () async throws in
+            let backend = try EpollBackend(options: .init(waitMode: mode), registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let (fires, waits, rearms) = try dueTimerLoopCost(backend, counts: backend.loopCounts)
+            // A turn may find the next deadline not yet come (a fire quicker than 1 µs): few do.
+            #expect(waits * 4 <= fires, "\(waits) waits for \(fires) fires")
+            #expect(rearms * 4 <= fires, "\(rearms) re-arms for \(fires) fires")
+        }
+    }
+
     /// In epollPwait2 mode the wait is the whole cost: no timerfd to re-arm or read.
     @Test func aPwait2WakeUpIsTheWaitAlone() async throws {
         if try BackendKind.epollPwait2.checkedUnavailable("the wake-up cost") { return }

@@ -262,3 +262,15 @@ extension Array {
         return self
     }
 }
+
+/// What a 1 µs repeating timer costs the loop of `backend`, which counts into `counts`: its
+/// fires, and the waits and re-arms the loop made meanwhile. It is due again every time the
+/// loop would sleep, so a loop that fires what has come without waiting makes few of either.
+package func dueTimerLoopCost(_ backend: any TimerBackend, counts: LoopCounts) throws -> (fires: Int, waits: Int, rearms: Int) {
+    let before = (counts.waits, counts.rearms)
+    let fired = Counter()
+    let timer = try backend.schedule(.every(.microseconds(1))) { _ in fired.increment() }
+    #expect(waitFor { fired.current >= 1000 }, "the timer fired \(fired.current) times")
+    timer.cancel()
+    return (fired.current, counts.waits - before.0, counts.rearms - before.1)
+}

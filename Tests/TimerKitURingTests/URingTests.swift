@@ -42,6 +42,21 @@ struct URingTests {
         }
     }
 
+    /// A deadline that has come by the time the loop would sleep fires at once: no timeout
+    /// moved to a time that has passed, no enter that returns at once. A 1 µs repeating timer is
+    /// due again by then on every turn; before, each of its fires cost an enter and a move.
+    @Test func aDeadlineThatHasComeFiresWithoutAWait() async throws {
+        if try BackendKind.uring.checkedUnavailable("the due-deadline check") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let (fires, waits, rearms) = try dueTimerLoopCost(backend, counts: backend.loopCounts)
+            // A turn may find the next deadline not yet come (a fire quicker than 1 µs): few do.
+            #expect(waits * 4 <= fires, "\(waits) enters for \(fires) fires")
+            #expect(rearms * 4 <= fires, "\(rearms) timeout moves for \(fires) fires")
+        }
+    }
+
     @Test func theLoopSleepsWhileNothingIsDue() async throws {
         if try BackendKind.uring.checkedUnavailable("the idle check") { return }
         try await withWatchdog { () async throws in

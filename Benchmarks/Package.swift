@@ -36,7 +36,7 @@ let package = Package(
             name: "store-profile",
             dependencies: [
                 .product(name: "TimerKit", package: "TimerKit"), .product(name: "TimerKitEpoll", package: "TimerKit"),
-                .product(name: "TimerKitURing", package: "TimerKit"),
+                .product(name: "TimerKitURing", package: "TimerKit"), .product(name: "TimerKitLibevent", package: "TimerKit"),
             ],
             path: "StoreProfile",
             swiftSettings: [.swiftLanguageMode(.v6)]

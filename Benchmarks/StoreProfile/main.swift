@@ -7,7 +7,7 @@
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
 //     store-profile fires FIRES
-//     store-profile loop-fires epoll|epoll-pwait2|uring FIRES
+//     store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
@@ -15,10 +15,11 @@
 // `loop-fires` makes FIRES fires of a repeating 1 ms timer (tolerance 0) on a real backend's
 // loop thread: the user-space instructions of a wake-up, its fire and the re-arm (run with 0
 // and subtract; a millisecond apart, each fire is a wake-up of its own even under valgrind,
-// which runs only `epoll`, as it knows neither epoll_pwait2 nor io_uring).
+// which knows neither epoll_pwait2 nor io_uring, and under which a run loop spins).
 import Foundation
 import TimerKit
 import TimerKitEpoll
+import TimerKitLibevent
 import TimerKitURing
 
 /// Xorshift64* with a fixed seed: the same workload every run, and no system call per draw.
@@ -122,6 +123,9 @@ func loopFireWorkload(backend name: String, fires: Int) throws {
         switch name {
         case "epoll": try EpollBackend(registry: TimerRegistry())
         case "epoll-pwait2": try EpollBackend(options: .init(waitMode: .epollPwait2), registry: TimerRegistry())
+        case "libevent": try LibeventBackend(registry: TimerRegistry())
+        case "dispatch": DispatchBackend(registry: TimerRegistry())
+        case "runloop": try RunLoopBackend(registry: TimerRegistry())
         default: try IOURingBackend(registry: TimerRegistry())
         }
     defer { backend.shutdown() }
@@ -144,7 +148,8 @@ final class Counter: @unchecked Sendable {
 }
 
 if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "loop-fires",
-    ["epoll", "epoll-pwait2", "uring"].contains(CommandLine.arguments[2]), let fires = Int(CommandLine.arguments[3]), fires >= 0
+    ["epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop"].contains(CommandLine.arguments[2]),
+    let fires = Int(CommandLine.arguments[3]), fires >= 0
 {
     do {
         try loopFireWorkload(backend: CommandLine.arguments[2], fires: fires)
@@ -174,7 +179,8 @@ guard arguments.count >= 4, ["manual", "epoll"].contains(arguments.first), count
 else {
     let usage = """
         usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), \
-        or store-profile fires FIRES, or store-profile loop-fires epoll|epoll-pwait2|uring FIRES
+        or store-profile fires FIRES, \
+        or store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop FIRES
 
         """
     FileHandle.standardError.write(Data(usage.utf8))

@@ -50,6 +50,8 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     private let base: OpaquePointer
     private let event: OpaquePointer
     private let context: Unmanaged<Context>
+    /// The scheduler's driver, which arms `event`.
+    private let wakeUps: EventWakeUps
     /// Owned bases: the loop thread, and the event whose activation breaks the loop from
     /// inside. (A plain `event_base_loopbreak` from another thread is lost if it lands
     /// before the loop has started: `event_base_loop` clears the flag on entry.)
@@ -148,7 +150,8 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
         self.method = String(cString: event_base_get_method(base))
         self.isAttached = owned == nil
         self.owned = owned
-        scheduler.attach(self)
+        wakeUps = EventWakeUps(base: base, event: timer.event)
+        scheduler.attach(owning: wakeUps)
     }
 
     /// The scheduler, and the one libevent event that wakes it, with the context libevent
@@ -229,10 +232,28 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
 }
 
 @_spi(BackendImplementation) extension LibeventBackend: TimerDriver {
+    /// As the scheduler's own driver does (`EventWakeUps`, which the scheduler owns): kept for
+    /// code that drives this backend through it.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) { try wakeUps.wake(at: deadline) }
+}
+
+/// A libevent backend's driver: it arms the backend's one event. The scheduler owns it
+/// (`attach(owning:)`; a driver held weakly costs the runtime's slow reference counting on every
+/// wake-up request) and lets it go at shutdown, before the backend frees the event.
+private final class EventWakeUps: TimerDriver, @unchecked Sendable {
+    // @unchecked: `base` and `event` never change; libevent's own lock (evthread) guards the
+    // event across threads, and the scheduler's lock serialises `wake`.
+    let base: OpaquePointer
+    let event: OpaquePointer
+
+    init(base: OpaquePointer, event: OpaquePointer) {
+        (self.base, self.event) = (base, event)
+    }
+
     /// Never blocks: `event_del_noblock` does not wait for a callback running on the loop
     /// (plain `event_del` does, while the callback waits for the scheduler's lock that our
     /// caller holds), and `event_add` waits only for signal events.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
         if deadline == .distantFuture {
             event_del_noblock(event)
             return

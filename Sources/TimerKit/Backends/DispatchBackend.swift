@@ -13,6 +13,8 @@ public final class DispatchBackend: TimerBackend, @unchecked Sendable {
     /// The serial queue the handlers run on.
     public let queue: DispatchQueue
     private let source: DispatchSourceTimer
+    /// The scheduler's driver, which moves `source`.
+    private let wakeUps: SourceWakeUps
     private let shutdownOnce = OnceFlag()
 
     /// Creates a Dispatch backend.
@@ -26,10 +28,13 @@ public final class DispatchBackend: TimerBackend, @unchecked Sendable {
         // The source is activated at once and never suspended: releasing a suspended or
         // never-activated source crashes GCD, so this one can always be cancelled safely.
         source = DispatchSource.makeTimerSource(flags: .strict, queue: self.queue)
-        source.setEventHandler { [weak scheduler] in scheduler?.fireDueTimers() }
+        // Strongly, until the cancel at shutdown lets the handler go: a weak reference would
+        // give the scheduler a side table (see `RecordChunk.owner`).
+        source.setEventHandler { [scheduler] in scheduler.fireDueTimers() }
         source.schedule(deadline: .distantFuture, repeating: .never, leeway: .nanoseconds(0))
         source.activate()
-        scheduler.attach(self)
+        wakeUps = SourceWakeUps(source)
+        scheduler.attach(owning: wakeUps)
     }
 
     deinit { shutdown() }
@@ -46,7 +51,21 @@ public final class DispatchBackend: TimerBackend, @unchecked Sendable {
 }
 
 @_spi(BackendImplementation) extension DispatchBackend: TimerDriver {
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
+    /// As the scheduler's own driver does (`SourceWakeUps`, which the scheduler owns): kept for
+    /// code that drives this backend through it.
+    public func wake(at deadline: MonotonicInstant) throws(TimerError) { wakeUps.wake(at: deadline) }
+}
+
+/// A Dispatch backend's driver: it moves the backend's timer source. The scheduler owns it
+/// (`attach(owning:)`; a driver held weakly costs the runtime's slow reference counting on every
+/// wake-up request) and lets it go at shutdown.
+private final class SourceWakeUps: TimerDriver, @unchecked Sendable {
+    // @unchecked: `source` never changes, and rescheduling a source is thread-safe in GCD.
+    let source: DispatchSourceTimer
+
+    init(_ source: DispatchSourceTimer) { self.source = source }
+
+    func wake(at deadline: MonotonicInstant) {
         // DispatchTime's uptime clock is CLOCK_MONOTONIC on Linux. The scheduler sends no
         // deadline at or past 2^62 ns: libdispatch reads 2^63 and above as a time already
         // past, and a source armed there fires, finds nothing due and re-arms, forever.

@@ -144,7 +144,7 @@ private struct LoopRefs: @unchecked Sendable {
 /// a `Timer` added to a secondary thread's run loop is never freed (measured with
 /// LeakSanitizer: one `Timer` and its CF timer per use, with or without TimerKit), while a
 /// CF timer with a retained context is.
-private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
+private final class ModeView: TimerBackend, @unchecked Sendable {
     // @unchecked: `timer` is only used through thread-safe CF calls (setting the fire date,
     // invalidating), made while the scheduler's lock serialises them.
     let scheduler: TimerScheduler
@@ -158,7 +158,7 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
         init(_ scheduler: TimerScheduler) { self.scheduler = scheduler }
     }
 
-    private static let never = Date.distantFuture.timeIntervalSinceReferenceDate
+    fileprivate static let never = Date.distantFuture.timeIntervalSinceReferenceDate
 
     init(mode: RunLoop.Mode, runLoop: CFRunLoop, registry: TimerRegistry) {
         let name = mode == .default ? "runloop" : "runloop[\(mode.rawValue)]"
@@ -187,18 +187,7 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
             }, &context)
         callback.release()  // the timer holds its own reference now
         CFRunLoopAddTimer(runLoop, timer, cfMode(mode))
-        scheduler.attach(self)
-    }
-
-    func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        guard deadline != .distantFuture else {
-            CFRunLoopTimerSetNextFireDate(timer, Self.never)
-            return
-        }
-        // Run-loop timers take wall-clock dates; convert through the distance from now.
-        let now = MonotonicInstant.now()
-        let delay = deadline > now ? Double((deadline - now).saturatingNanoseconds) / 1e9 : 0
-        CFRunLoopTimerSetNextFireDate(timer, CFAbsoluteTimeGetCurrent() + delay)
+        scheduler.attach(owning: CFTimerWakeUps(timer))
     }
 
     func shutdown() {
@@ -207,6 +196,28 @@ private final class ModeView: TimerBackend, TimerDriver, @unchecked Sendable {
     }
 
     func removeNativeTimer() { CFRunLoopTimerInvalidate(timer) }
+}
+
+/// A mode's driver: it moves the mode's CF timer. The scheduler owns it (`attach(owning:)`; a
+/// driver held weakly costs the runtime's slow reference counting on every wake-up request) and
+/// lets it go at shutdown, before the CF timer is invalidated.
+private final class CFTimerWakeUps: TimerDriver, @unchecked Sendable {
+    // @unchecked: `timer` never changes and is only used through thread-safe CF calls, which
+    // the scheduler's lock serialises.
+    let timer: CFRunLoopTimer
+
+    init(_ timer: CFRunLoopTimer) { self.timer = timer }
+
+    func wake(at deadline: MonotonicInstant) {
+        guard deadline != .distantFuture else {
+            CFRunLoopTimerSetNextFireDate(timer, ModeView.never)
+            return
+        }
+        // Run-loop timers take wall-clock dates; convert through the distance from now.
+        let now = MonotonicInstant.now()
+        let delay = deadline > now ? Double((deadline - now).saturatingNanoseconds) / 1e9 : 0
+        CFRunLoopTimerSetNextFireDate(timer, CFAbsoluteTimeGetCurrent() + delay)
+    }
 }
 
 /// CoreFoundation's name for a run-loop mode. The common and default modes must be CF's own

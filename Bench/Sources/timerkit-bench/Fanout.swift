@@ -140,6 +140,28 @@ func measureFanoutSlice(seconds: Double, into tally: FanoutTally, stop: () -> Vo
     if fires > 0 { tally.cpuNsPerFireBySlice.append(Double(cpu) / Double(fires)) }
 }
 
+/// The timers of a raw fan-out loop (pwait2-raw, uring-raw): each one's deadline on the grid of
+/// `period`, from random phases 50 ms ahead, and what a fire of one records.
+struct RawFanoutGrid {
+    private(set) var deadlines: [UInt64]
+    let period: UInt64
+    let recorder: LatencyRecorder
+
+    init(timers: Int, period: UInt64, recorder: LatencyRecorder) {
+        let start = MonotonicInstant.now().nanoseconds + 50_000_000
+        deadlines = (0..<timers).map { _ in start + UInt64.random(in: 0..<period) }
+        self.period = period
+        self.recorder = recorder
+    }
+
+    /// Records timer `index`'s fire at `now` and moves it to its first deadline on the grid
+    /// after `now`.
+    mutating func fire(_ index: Int, at now: UInt64) {
+        recorder.record(scheduled: deadlines[index], actual: now, missed: 0)
+        repeat { deadlines[index] += period } while deadlines[index] <= now
+    }
+}
+
 /// One timer of the libevent-raw fan-out: what a C program keeps per timer.
 private final class RawFanoutTimer {
     var deadline: UInt64

@@ -13,19 +13,16 @@ enum PWait2RawFanout {
 
     /// The heap and the stop flag; everything but `stop` is touched by the loop thread only.
     private final class Loop: @unchecked Sendable {
-        // @unchecked: `deadlines` and `heap` are touched by the loop thread only, between its
-        // start and its end; `stop` is atomic.
-        var deadlines: [UInt64]
+        // @unchecked: `grid` and `heap` are touched by the loop thread only, between its start
+        // and its end; `stop` is atomic.
+        var grid: RawFanoutGrid
         /// Timer indices, in heap order of their deadlines.
         var heap: [Int32]
-        let period: UInt64
-        let recorder: LatencyRecorder
         let stop = Atomic<Bool>(false)
 
-        init(deadlines: [UInt64], period: UInt64, recorder: LatencyRecorder) {
-            self.deadlines = deadlines
-            self.period = period
-            self.recorder = recorder
+        init(grid: RawFanoutGrid) {
+            self.grid = grid
+            let deadlines = grid.deadlines
             heap = deadlines.indices.sorted { deadlines[$0] < deadlines[$1] }.map { Int32($0) }
         }
 
@@ -33,13 +30,13 @@ enum PWait2RawFanout {
         func siftDownTop() {
             let count = heap.count
             let moving = heap[0]
-            let key = deadlines[Int(moving)]
+            let key = grid.deadlines[Int(moving)]
             var index = 0
             while true {
                 var child = 2 * index + 1
                 guard child < count else { break }
-                if child + 1 < count, deadlines[Int(heap[child + 1])] < deadlines[Int(heap[child])] { child += 1 }
-                guard deadlines[Int(heap[child])] < key else { break }
+                if child + 1 < count, grid.deadlines[Int(heap[child + 1])] < grid.deadlines[Int(heap[child])] { child += 1 }
+                guard grid.deadlines[Int(heap[child])] < key else { break }
                 heap[index] = heap[child]
                 index = child
             }
@@ -49,14 +46,13 @@ enum PWait2RawFanout {
         func run(epollFD: Int32) -> Int32 {
             while !stop.load(ordering: .relaxed) {
                 var now = MonotonicInstant.now().nanoseconds
-                while let top = heap.first, deadlines[Int(top)] <= now {
-                    recorder.record(scheduled: deadlines[Int(top)], actual: now, missed: 0)
-                    repeat { deadlines[Int(top)] += period } while deadlines[Int(top)] <= now
+                while let top = heap.first, grid.deadlines[Int(top)] <= now {
+                    grid.fire(Int(top), at: now)
                     siftDownTop()
                     now = MonotonicInstant.now().nanoseconds
                 }
                 guard let top = heap.first else { return 0 }
-                let wait = deadlines[Int(top)] - now
+                let wait = grid.deadlines[Int(top)] - now
                 var timeout = timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
                 let result = bench_epoll_pwait2(epollFD, &timeout)
                 if result < 0 && result != -EINTR { return -result }
@@ -69,9 +65,7 @@ enum PWait2RawFanout {
         let epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epollFD >= 0 else { throw TimerError.systemCall(call: "epoll_create1", errno: errno) }
         defer { close(epollFD) }
-        let start = MonotonicInstant.now().nanoseconds + 50_000_000
-        let loop = Loop(
-            deadlines: (0..<timers).map { _ in start + UInt64.random(in: 0..<period) }, period: period, recorder: tally.recorder)
+        let loop = Loop(grid: RawFanoutGrid(timers: timers, period: period, recorder: tally.recorder))
         let ended = DispatchSemaphore(value: 0)
         let failure = Atomic<Int32>(0)
         Thread.detachNewThread {

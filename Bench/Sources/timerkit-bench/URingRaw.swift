@@ -15,17 +15,13 @@ enum URingRawFanout {
         // start and its end (the ring is made there, for one issuer).
         let ring = UnsafeMutablePointer<io_uring>.allocate(capacity: 1)
         let times: UnsafeMutablePointer<__kernel_timespec>
-        var deadlines: [UInt64]
-        let period: UInt64
-        let recorder: LatencyRecorder
+        var grid: RawFanoutGrid
         let stop = Atomic<Bool>(false)
 
-        init(deadlines: [UInt64], period: UInt64, recorder: LatencyRecorder) {
-            self.deadlines = deadlines
-            self.period = period
-            self.recorder = recorder
-            times = .allocate(capacity: deadlines.count)
-            times.initialize(repeating: __kernel_timespec(), count: deadlines.count)
+        init(grid: RawFanoutGrid) {
+            self.grid = grid
+            times = .allocate(capacity: grid.deadlines.count)
+            times.initialize(repeating: __kernel_timespec(), count: grid.deadlines.count)
             ring.initialize(to: io_uring())
         }
 
@@ -54,14 +50,14 @@ enum URingRawFanout {
                 entry = io_uring_get_sqe(ring)
             }
             guard let entry else { return }
-            let deadline = deadlines[index]
+            let deadline = grid.deadlines[index]
             times[index] = __kernel_timespec(tv_sec: Int64(deadline / 1_000_000_000), tv_nsec: Int64(deadline % 1_000_000_000))
             io_uring_prep_timeout(entry, times + index, 0, UInt32(IORING_TIMEOUT_ABS))
             io_uring_sqe_set_data64(entry, UInt64(index))
         }
 
         func run() {
-            for index in deadlines.indices { queue(index) }
+            for index in grid.deadlines.indices { queue(index) }
             while !stop.load(ordering: .relaxed) {
                 io_uring_submit_and_wait(ring, 1)
                 let now = MonotonicInstant.now().nanoseconds
@@ -70,9 +66,8 @@ enum URingRawFanout {
                     let index = Int(cqe.pointee.user_data)
                     let expired = cqe.pointee.res == -ETIME
                     io_uring_cqe_seen(ring, cqe)
-                    guard expired, index < deadlines.count else { continue }
-                    recorder.record(scheduled: deadlines[index], actual: now, missed: 0)
-                    repeat { deadlines[index] += period } while deadlines[index] <= now
+                    guard expired, index < grid.deadlines.count else { continue }
+                    grid.fire(index, at: now)
                     queue(index)
                 }
             }
@@ -81,9 +76,7 @@ enum URingRawFanout {
     }
 
     static func run(timers: Int, period: UInt64, seconds: Double, into tally: FanoutTally) throws {
-        let start = MonotonicInstant.now().nanoseconds + 50_000_000
-        let loop = Loop(
-            deadlines: (0..<timers).map { _ in start + UInt64.random(in: 0..<period) }, period: period, recorder: tally.recorder)
+        let loop = Loop(grid: RawFanoutGrid(timers: timers, period: period, recorder: tally.recorder))
         let started = DispatchSemaphore(value: 0)
         let ended = DispatchSemaphore(value: 0)
         let setUp = Atomic<Int32>(0)

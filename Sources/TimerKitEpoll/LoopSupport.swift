@@ -9,6 +9,8 @@ package final class LoopCounts: Sendable {
     private let waitCount = Atomic<Int>(0)
     private let rearmCount = Atomic<Int>(0)
     private let readCount = Atomic<Int>(0)
+    private let continuousRearmCount = Atomic<Int>(0)
+    private let wallRearmCount = Atomic<Int>(0)
 
     package init() {}
 
@@ -20,9 +22,26 @@ package final class LoopCounts: Sendable {
     /// Other system calls the loop thread made for a wake-up (a `read` of the timerfd).
     package var reads: Int { readCount.load(ordering: .relaxed) }
 
+    /// Re-arms of a native timer on the continuous or wall clock itself (io_uring's
+    /// `CLOCK_BOOTTIME` and `CLOCK_REALTIME` timeouts), which `rearms` does not count.
+    package func rearms(on clock: DeadlineClock) -> Int {
+        switch clock {
+        case .monotonic: rearms
+        case .continuous: continuousRearmCount.load(ordering: .relaxed)
+        case .wall: wallRearmCount.load(ordering: .relaxed)
+        }
+    }
+
     // Only the loop thread adds, so a load and a store do: no read-modify-write on its path.
     @inline(__always) package func countWait() { waitCount.store(waitCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
     @inline(__always) package func countRearm() { rearmCount.store(rearmCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
+    package func countRearm(on clock: DeadlineClock) {
+        switch clock {
+        case .monotonic: countRearm()
+        case .continuous: continuousRearmCount.store(continuousRearmCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+        case .wall: wallRearmCount.store(wallRearmCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+        }
+    }
     @inline(__always) package func countRead() { readCount.store(readCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
 }
 

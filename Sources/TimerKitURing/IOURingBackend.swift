@@ -10,8 +10,11 @@ import TimerKitEpoll
 /// an eventfd read queued again) and waits: a wake-up costs that one system call. The deadline is
 /// an `IORING_OP_TIMEOUT` at an absolute `CLOCK_MONOTONIC` time, moved in place with
 /// `IORING_TIMEOUT_UPDATE` (never removed and added again) and only when the earliest deadline
-/// changed. A deadline that has come by the time the loop would sleep again fires at once, with
-/// no system call. With nothing due the loop sleeps with no timeout armed: no idle wake-ups.
+/// changed. Timers on the continuous and wall clocks have a timeout of their own on each clock
+/// (`IORING_TIMEOUT_BOOTTIME`, `IORING_TIMEOUT_REALTIME`), at their deadlines as those clocks
+/// read them: never converted to the monotonic clock. A deadline that has come by the time the
+/// loop would sleep again fires at once, with no system call. With nothing due the loop sleeps
+/// with no timeout armed: no idle wake-ups.
 ///
 /// Another thread that moves the earliest deadline earlier than the loop sleeps until writes an
 /// eventfd whose read stays queued on the ring; otherwise it only records the request, which the
@@ -247,30 +250,35 @@ struct URing: @unchecked Sendable {
 /// handlers goes while its loop still runs), and holding no scheduler, so that the scheduler
 /// owns it (`attach(owning:)`) without a cycle: a weakly held driver would cost the runtime's
 /// slow reference counting on every wake-up request.
-private final class URingLoopState: TimerDriver, @unchecked Sendable {
+///
+/// Each clock has a timeout of its own on the ring: the monotonic queue's on `CLOCK_MONOTONIC`,
+/// the continuous and wall queues' on `CLOCK_BOOTTIME` and `CLOCK_REALTIME`
+/// (`OwnClockTimerDriver`), so the kernel keeps those deadlines through a suspend or a step of
+/// the wall clock.
+private final class URingLoopState: OwnClockTimerDriver, @unchecked Sendable {
     // @unchecked: `ring`, `eventFD` and the buffers never change; the ring and the
-    // buffers are touched by the loop thread only (after init, before close); `gate`, `counts`
-    // and `loopThread` guard themselves.
-    private static let timeoutTag: UInt64 = 1
-    private static let updateTag: UInt64 = 2
+    // buffers are touched by the loop thread only (after init, before close); `gate`,
+    // `clockRequests`, `counts` and `loopThread` guard themselves.
     private static let readTag: UInt64 = 3
-    /// Where a disarmed timeout waits: 2^40 s from boot, beyond any deadline the core gives.
-    private static let parkedSeconds: Int64 = 1 << 40
 
     let ring: URing
     let eventFD: Int32
     let counts = LoopCounts()
     let loopThread = Atomic<UInt>(0)
     private let gate = SleepGate()
-    /// The eventfd read's buffer and the timeout's time: the kernel reads and writes them
-    /// after the call that queued them returns.
+    /// The scheduler's latest requests on the continuous and wall clocks, in their own
+    /// nanoseconds (`.max`: none). Read by the loop before it sleeps.
+    private let continuousRequest = Atomic<UInt64>(.max)
+    private let wallRequest = Atomic<UInt64>(.max)
+    /// The eventfd read's buffer and the timeouts' times (monotonic, continuous, wall): the
+    /// kernel reads and writes them after the call that queued them returns.
     private let readBuffer = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
-    private let time = UnsafeMutablePointer<__kernel_timespec>.allocate(capacity: 1)
+    private let times = UnsafeMutablePointer<__kernel_timespec>.allocate(capacity: 3)
 
     init(ring: URing, eventFD: Int32) {
         (self.ring, self.eventFD) = (ring, eventFD)
         readBuffer.initialize(to: 0)
-        time.initialize(to: __kernel_timespec())
+        times.initialize(repeating: __kernel_timespec(), count: 3)
     }
 
     /// Frees the ring (which cancels what is queued on it), the eventfd and the buffers. Runs
@@ -279,7 +287,7 @@ private final class URingLoopState: TimerDriver, @unchecked Sendable {
         ring.close()
         Glibc.close(eventFD)
         readBuffer.deallocate()
-        time.deallocate()
+        times.deallocate()
     }
 
     /// Wakes the loop from its wait.
@@ -295,12 +303,35 @@ private final class URingLoopState: TimerDriver, @unchecked Sendable {
         if gate.request(deadline == .distantFuture ? .max : deadline.nanoseconds) { signal() }
     }
 
-    /// Sleeps in `io_uring_enter` until a completion: the timeout's (timers are due) or the
+    /// Records the request on `clock`. Another thread's request that is not later than the one
+    /// before also wakes the loop, which may have read that one and be going to sleep with it:
+    /// an earlier deadline, or the same one asked again after a step of the clock, which the
+    /// loop converts again. (Both are rare: a timer on those clocks that becomes its clock's
+    /// earliest, a step.)
+    func wake(on clock: DeadlineClock, at nanoseconds: UInt64) {
+        let previous =
+            clock == .wall
+            ? wallRequest.exchange(nanoseconds, ordering: .sequentiallyConsistent)
+            : continuousRequest.exchange(nanoseconds, ordering: .sequentiallyConsistent)
+        if nanoseconds != .max, nanoseconds <= previous, loopThread.load(ordering: .relaxed) != UInt(pthread_self()) { signal() }
+    }
+
+    /// The kernel's reading of `clock` at which `request` (in that clock's nanoseconds as the
+    /// core reads them) comes: the wall clock's as the core reads it may carry a test's skew,
+    /// which the kernel's does not.
+    private static func kernelTime(_ request: UInt64, on clock: DeadlineClock) -> UInt64 {
+        guard clock == .wall, request != .max else { return request }
+        let skew = DeadlineClock.wallSkewForTests.load(ordering: .relaxed)
+        return skew >= 0 ? (request > UInt64(skew) ? request - UInt64(skew) : 0) : request.saturatingAdd(skew.magnitude)
+    }
+
+    /// Sleeps in `io_uring_enter` until a completion: a timeout's (timers are due) or the
     /// eventfd read's (another thread's earlier deadline, a stop).
     func run(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         let ring = self.ring.ring
-        var timeoutQueued = false
-        var armed = UInt64.max
+        var monotonic = RingTimeout(clock: .monotonic, time: times)
+        var continuous = RingTimeout(clock: .continuous, time: times + 1)
+        var wall = RingTimeout(clock: .wall, time: times + 2)
         var readQueued = false
         while !loop.isStopping {
             guard let deadline = gate.goingToSleep(unlessDueBy: MonotonicInstant.now().nanoseconds) else {
@@ -309,25 +340,11 @@ private final class URingLoopState: TimerDriver, @unchecked Sendable {
                 scheduler.fireDueTimers()
                 continue
             }
-            if deadline != armed && (timeoutQueued || deadline != .max) {
-                guard let entry = io_uring_get_sqe(ring) else { throw .nativeFailure(backend: "io_uring", call: "io_uring_get_sqe") }
-                time.pointee =
-                    deadline == .max
-                    ? __kernel_timespec(tv_sec: Self.parkedSeconds, tv_nsec: 0)
-                    : __kernel_timespec(tv_sec: Int64(deadline / 1_000_000_000), tv_nsec: Int64(deadline % 1_000_000_000))
-                if timeoutQueued {
-                    // Moved in place; a move that succeeds posts no completion to wake us.
-                    io_uring_prep_timeout_update(entry, time, Self.timeoutTag, UInt32(IORING_TIMEOUT_ABS))
-                    io_uring_sqe_set_data64(entry, Self.updateTag)
-                    io_uring_sqe_set_flags(entry, 1 << UInt32(IOSQE_CQE_SKIP_SUCCESS_BIT))
-                } else {
-                    io_uring_prep_timeout(entry, time, 0, UInt32(IORING_TIMEOUT_ABS))
-                    io_uring_sqe_set_data64(entry, Self.timeoutTag)
-                    timeoutQueued = true
-                }
-                counts.countRearm()
-            }
-            armed = deadline
+            if try monotonic.move(to: deadline, on: ring) { counts.countRearm() }
+            let continuousDeadline = continuousRequest.load(ordering: .sequentiallyConsistent)
+            if try continuous.move(to: continuousDeadline, on: ring) { counts.countRearm(on: .continuous) }
+            let wallDeadline = Self.kernelTime(wallRequest.load(ordering: .sequentiallyConsistent), on: .wall)
+            if try wall.move(to: wallDeadline, on: ring) { counts.countRearm(on: .wall) }
             if !readQueued {
                 guard let entry = io_uring_get_sqe(ring) else { throw .nativeFailure(backend: "io_uring", call: "io_uring_get_sqe") }
                 io_uring_prep_read(entry, eventFD, readBuffer, 8, 0)
@@ -342,25 +359,106 @@ private final class URingLoopState: TimerDriver, @unchecked Sendable {
             while __io_uring_peek_cqe(ring, &completion, nil) == 0, let cqe = completion {
                 let (tag, result) = (cqe.pointee.user_data, cqe.pointee.res)
                 io_uring_cqe_seen(ring, cqe)
-                switch tag {
-                case Self.timeoutTag:
-                    // -ETIME: it expired. Either way it is gone: the next deadline adds one.
-                    timeoutQueued = false
-                    armed = .max
-                    expired = expired || result == -ETIME
-                case Self.updateTag:
+                if tag == Self.readTag {
+                    readQueued = false
+                    guard result >= 0 || result == -ECANCELED else { throw .systemCall(call: "io_uring read(eventfd)", errno: -result) }
+                    continue
+                }
+                guard let clock = RingTimeout.clock(of: tag) else { continue }
+                if RingTimeout.isUpdate(tag) {
                     // The timeout expired before the move reached it: its own completion says so.
                     guard result == -ENOENT || result == -EALREADY else {
                         throw .systemCall(call: "io_uring timeout update", errno: -result)
                     }
-                case Self.readTag:
-                    readQueued = false
-                    guard result >= 0 || result == -ECANCELED else { throw .systemCall(call: "io_uring read(eventfd)", errno: -result) }
-                default:
-                    break
+                    continue
                 }
+                // -ETIME: it expired. Either way it is gone: the next deadline adds one. (The
+                // continuous and wall requests stand: see `OwnClockTimerDriver`.)
+                switch clock {
+                case .monotonic: monotonic.ended()
+                case .continuous: continuous.ended()
+                case .wall: wall.ended()
+                }
+                expired = expired || result == -ETIME
             }
             if expired { scheduler.fireDueTimers() }
         }
+    }
+}
+
+/// One clock's timeout on the ring, as the loop thread keeps it: queued or not, and the time
+/// it waits for (in the kernel's reading of its clock).
+private struct RingTimeout {
+    let clock: DeadlineClock
+    /// Where its time lives while the kernel may read it.
+    let time: UnsafeMutablePointer<__kernel_timespec>
+    private(set) var queued = false
+    /// The time it is armed for; `.max`: parked, or not queued.
+    private(set) var armed = UInt64.max
+
+    init(clock: DeadlineClock, time: UnsafeMutablePointer<__kernel_timespec>) {
+        (self.clock, self.time) = (clock, time)
+    }
+
+    /// Where a parked timeout waits: 2^40 s from its clock's origin, beyond any deadline the
+    /// core gives (2^62 ns, about 146 years, is its horizon).
+    private static let parkedSeconds: Int64 = 1 << 40
+
+    /// Tags: the timeout's own, and its moves', by clock.
+    private var timeoutTag: UInt64 {
+        switch clock {
+        case .monotonic: 10
+        case .continuous: 12
+        case .wall: 14
+        }
+    }
+    private var updateTag: UInt64 { timeoutTag + 1 }
+    static func clock(of tag: UInt64) -> DeadlineClock? {
+        switch tag {
+        case 10, 11: .monotonic
+        case 12, 13: .continuous
+        case 14, 15: .wall
+        default: nil
+        }
+    }
+    static func isUpdate(_ tag: UInt64) -> Bool { tag % 2 == 1 }
+
+    /// The flags that put a timeout on its clock.
+    private var clockFlags: UInt32 {
+        switch clock {
+        case .monotonic: 0
+        case .continuous: UInt32(IORING_TIMEOUT_BOOTTIME)
+        case .wall: UInt32(IORING_TIMEOUT_REALTIME)
+        }
+    }
+
+    /// Queues what moves the timeout to `deadline` (`.max`: parks it, if one is queued), unless
+    /// it waits for that already; says whether it queued anything.
+    mutating func move(to deadline: UInt64, on ring: UnsafeMutablePointer<io_uring>) throws(TimerError) -> Bool {
+        guard deadline != armed, queued || deadline != .max else { return false }
+        guard let entry = io_uring_get_sqe(ring) else { throw .nativeFailure(backend: "io_uring", call: "io_uring_get_sqe") }
+        time.pointee =
+            deadline == .max
+            ? __kernel_timespec(tv_sec: Self.parkedSeconds, tv_nsec: 0)
+            : __kernel_timespec(tv_sec: Int64(deadline / 1_000_000_000), tv_nsec: Int64(deadline % 1_000_000_000))
+        if queued {
+            // Moved in place, on the clock it was queued on; a move that succeeds posts no
+            // completion to wake us.
+            io_uring_prep_timeout_update(entry, time, timeoutTag, UInt32(IORING_TIMEOUT_ABS))
+            io_uring_sqe_set_data64(entry, updateTag)
+            io_uring_sqe_set_flags(entry, 1 << UInt32(IOSQE_CQE_SKIP_SUCCESS_BIT))
+        } else {
+            io_uring_prep_timeout(entry, time, 0, UInt32(IORING_TIMEOUT_ABS) | clockFlags)
+            io_uring_sqe_set_data64(entry, timeoutTag)
+            queued = true
+        }
+        armed = deadline
+        return true
+    }
+
+    /// Its completion came: it is no longer queued.
+    mutating func ended() {
+        queued = false
+        armed = .max
     }
 }

@@ -107,14 +107,21 @@ struct EpollTests {
 
 /// The real path of a wall-clock step, through the process's clock watcher: its timerfd read
 /// is made to report `ECANCELED` (injected, since a test must never set the host's clock), and
-/// the wall clock reads skewed. Each runs in a child process, where the skew is its own.
+/// the wall clock reads skewed. Each runs in a child process, where the skew is its own. On the
+/// loops of TimerKit's own: the epoll loop converts wall deadlines to its monotonic timer,
+/// io_uring's arms a `CLOCK_REALTIME` timeout for them (moved by the skew, which the kernel's
+/// clock does not carry).
 @Suite("Wall-clock steps through the timerfd watcher")
 struct ClockStepTests {
-    @Test func aForwardStepFiresTheWallTimersItJumpedPastAtOnce() async {
-        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+    static let loops: [BackendKind] = [.epoll, .epollPwait2, .uring]
+
+    @Test(arguments: loops)
+    func aForwardStepFiresTheWallTimersItJumpedPastAtOnce(_ kind: BackendKind) async throws {
+        if try kind.checkedUnavailable("the wall-clock step") { return }
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) { [kind] in
             // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
             func run() throws -> Int32 {
-                let backend = try EpollBackend(registry: TimerRegistry())
+                let backend = try kind.makeOwnLoopBackend(TimerRegistry())
                 let fired = Locked<[Tick]>([])
                 let steps = Locked<[Duration]>([])
                 backend.addEventObserver { event in
@@ -143,11 +150,13 @@ struct ClockStepTests {
 
     /// Without word from the watcher, a step is seen the next time the loop wakes for any
     /// timer: the wall timer it jumped past fires then.
-    @Test func aStepIsSeenWhenTheLoopNextWakesWithoutTheWatcher() async {
-        await #expect(processExitsWith: .success) {
+    @Test(arguments: loops)
+    func aStepIsSeenWhenTheLoopNextWakesWithoutTheWatcher(_ kind: BackendKind) async throws {
+        if try kind.checkedUnavailable("the wall-clock step") { return }
+        await #expect(processExitsWith: .success) { [kind] in
             // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
             func run() throws -> Int32 {
-                let backend = try EpollBackend(registry: TimerRegistry())
+                let backend = try kind.makeOwnLoopBackend(TimerRegistry())
                 let fired = Locked<[DeadlineClock]>([])
                 try backend.schedule(.at(date: Date().addingTimeInterval(30))) { tick in fired.withLock { $0.append(tick.clock) } }
                 DeadlineClock.wallSkewForTests.store(60_000_000_000, ordering: .relaxed)
@@ -165,14 +174,16 @@ struct ClockStepTests {
     /// after 1970, as a board without a real-time clock does before NTP), a wall timer fires
     /// at its date and the loop does not spin meanwhile. Before, an unsigned offset made the
     /// deadline "due at once" and re-filed it 1 ns later, for ever.
-    @Test func aWallClockBehindTheMonotonicOneNeitherSpinsNorMissesADate() async {
-        await #expect(processExitsWith: .success) {
+    @Test(arguments: loops)
+    func aWallClockBehindTheMonotonicOneNeitherSpinsNorMissesADate(_ kind: BackendKind) async throws {
+        if try kind.checkedUnavailable("the wall-clock step") { return }
+        await #expect(processExitsWith: .success) { [kind] in
             // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
             func run() throws -> Int32 {
                 let skew = -Int64(DeadlineClock.read(.wall)) + 20_000_000_000
                 DeadlineClock.wallSkewForTests.store(skew, ordering: .relaxed)
                 guard DeadlineClock.read(.wall) < DeadlineClock.read(.monotonic) else { return 2 }
-                let backend = try EpollBackend(registry: TimerRegistry())
+                let backend = try kind.makeOwnLoopBackend(TimerRegistry())
                 let fired = Locked<[DeadlineClock]>([])
                 try backend.schedule(.after(.milliseconds(300), on: .wall)) { tick in fired.withLock { $0.append(tick.clock) } }
                 let cpuBefore = processCPUSeconds()
@@ -190,11 +201,13 @@ struct ClockStepTests {
 
     /// A step back: the wall timer waits for its date on the stepped clock, never firing
     /// early; stepped forward again, it fires at once.
-    @Test func aBackwardStepNeverMakesAWallTimerFireEarly() async {
-        await #expect(processExitsWith: .success) {
+    @Test(arguments: loops)
+    func aBackwardStepNeverMakesAWallTimerFireEarly(_ kind: BackendKind) async throws {
+        if try kind.checkedUnavailable("the wall-clock step") { return }
+        await #expect(processExitsWith: .success) { [kind] in
             // The backend goes before the exit: one left alive at exit is a leak to LeakSanitizer.
             func run() throws -> Int32 {
-                let backend = try EpollBackend(registry: TimerRegistry())
+                let backend = try kind.makeOwnLoopBackend(TimerRegistry())
                 let fired = Locked(0)
                 try backend.schedule(.at(date: Date().addingTimeInterval(0.2))) { _ in fired.withLock { $0 += 1 } }
                 DeadlineClock.wallSkewForTests.store(-60_000_000_000, ordering: .relaxed)

@@ -87,6 +87,56 @@ struct URingTests {
         }
     }
 
+    /// Promise (`IOURingBackend`): deadlines on the continuous and wall clocks are timeouts on
+    /// `CLOCK_BOOTTIME` and `CLOCK_REALTIME` themselves; the monotonic timeout is never armed
+    /// for them. Another thread's earlier deadline on those clocks wakes the sleeping loop, and
+    /// repeating timers on them fire again and again through their own timeouts.
+    @Test func continuousAndWallDeadlinesAreTimeoutsOnTheirOwnClocks() async throws {
+        if try BackendKind.uring.checkedUnavailable("the own-clock timeouts") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            for clock in [DeadlineClock.continuous, .wall] { try backend.schedule(.after(.seconds(3600), on: clock)) { _ in } }
+            blockRealTime(.milliseconds(20))  // the loop sleeps with both hour-long timeouts
+            let counts = backend.loopCounts
+            #expect(counts.rearms(on: .continuous) == 1 && counts.rearms(on: .wall) == 1)
+            let fired = Locked<[DeadlineClock: Int]>([:])
+            for clock in [DeadlineClock.continuous, .wall] {
+                try backend.schedule(.every(.milliseconds(5), on: clock, count: 5)) { tick in
+                    fired.withLock { $0[tick.clock, default: 0] += 1 }
+                }
+            }
+            #expect(waitFor { fired.current == [.continuous: 5, .wall: 5] }, "\(fired.current)")
+            #expect(counts.rearms == 0, "the monotonic timeout was armed \(counts.rearms) times")
+            #expect(counts.rearms(on: .continuous) >= 5 && counts.rearms(on: .wall) >= 5)
+        }
+    }
+
+    /// A burst on one clock larger than one `fireDueTimers` call takes (4096) still fires in
+    /// full: the wall timeout's request stands after it expired, so the loop is woken again at
+    /// once for what is left. A wall timer cancelled while monotonic ones remain leaves its
+    /// timeout armed (no re-arm per cancel): the loop wakes once for it and then sleeps.
+    @Test func wallBurstsFireInFullAndACancelledWallTimerCostsOneWakeUp() async throws {
+        if try BackendKind.uring.checkedUnavailable("the own-clock bursts") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let date = Date().addingTimeInterval(0.05)
+            let fired = Counter()
+            for _ in 0..<5_000 { try backend.schedule(.at(date: date)) { _ in fired.increment() } }
+            #expect(waitFor { fired.current == 5_000 }, "\(fired.current) of 5,000 fired")
+
+            try backend.schedule(.after(.seconds(3600))) { _ in }
+            let cancelled = try backend.schedule(.after(.milliseconds(30), on: .wall)) { _ in fired.increment() }
+            cancelled.cancel()
+            let counts = backend.loopCounts
+            let waitsBefore = counts.waits
+            blockRealTime(.milliseconds(300))
+            #expect(fired.current == 5_000)
+            #expect(counts.waits - waitsBefore <= 3, "\(counts.waits - waitsBefore) wake-ups for one cancelled timer")
+        }
+    }
+
     /// Another thread's earlier deadline wakes a loop that sleeps with a later one (or none).
     @Test(arguments: [true, false])
     func schedulingFromOtherThreadsWakesTheLoopForAnEarlierDeadline(_ withLaterTimer: Bool) throws {

@@ -28,3 +28,25 @@
     /// the scheduler undoes the change that needed it, or, inside the loop, stops with it.
     func wake(at deadline: MonotonicInstant) throws(TimerError)
 }
+
+/// A driver whose native timers run on the continuous and wall clocks too (io_uring's
+/// `IORING_TIMEOUT_BOOTTIME` and `IORING_TIMEOUT_REALTIME`): the scheduler then gives it those
+/// clocks' earliest deadlines on their own clocks, not converted to the monotonic one, and the
+/// kernel keeps them through a suspend or a step of the wall clock. `wake(at:)` carries the
+/// monotonic queue's deadline alone. Taken only from a driver the scheduler owns
+/// (`attach(owning:)`), on a scheduler that reads the kernel's clocks.
+///
+/// The threading rules are `TimerDriver`'s, but a request on these clocks stands until the
+/// next one: it is always a queue's first entry, which `fireDueTimers()` takes out once it is
+/// due on its clock (and a kernel timer on that clock has expired only once it is), so the
+/// driver keeps its timer armed for it, even when a wake-up expired it: a burst cut short at
+/// 4096 fires then gets its next wake-up at once. After a step of a clock
+/// (`clockMayHaveChanged()`) the scheduler asks again, with deadlines that may be the same:
+/// the driver looks at its timers again then.
+package protocol OwnClockTimerDriver: TimerDriver {
+    /// Arranges for `fireDueTimers()` to run on the loop when `clock` (`.continuous` or
+    /// `.wall`) reads `nanoseconds` (`.max`: disarms that clock's timer). Replaces the clock's
+    /// earlier request. It only records the request, for the loop to arm: a native timer that
+    /// refuses is the loop's failure, which shuts the scheduler down with it.
+    func wake(on clock: DeadlineClock, at nanoseconds: UInt64)
+}

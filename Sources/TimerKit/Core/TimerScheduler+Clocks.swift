@@ -108,6 +108,9 @@ extension TimerScheduler {
     public func clockMayHaveChanged() {
         locked { after in
             guard !isShutDown, !queues.onlyMonotonic, refreshOffsetsLocked() else { return }
+            // Asked again, the driver that keeps those clocks' deadlines itself looks at them
+            // again (its reading of a clock may differ from the kernel's: a test's skew).
+            if hasOwnClockDriver { armedOwnClockKeys = OwnClockKeys() }
             // What came due fires at the loop's next wake-up, which this asks for.
             try? rearmLocked(nil, &after)
         }

@@ -251,7 +251,15 @@ extension TimerScheduler {
         record.pointee.entrySequence = nextSequence
         // The earliest wake-up, not only this timer's: after a refused wake-up the driver may be
         // armed later than an entry already queued (then it wakes once more than needed).
-        let wanted = clock == .monotonic && queues.onlyMonotonic ? min(key, queues.monotonic.heap.topKey ?? key) : earliestWakeLocked(nil)
+        let wanted: UInt64
+        if clock == .monotonic {
+            wanted = queues.onlyMonotonic ? min(key, queues.monotonic.heap.topKey ?? key) : earliestWakeLocked(nil)
+        } else if hasOwnClockDriver {
+            rearmOwnClockLocked(clock)
+            return
+        } else {
+            wanted = earliestWakeLocked(nil)
+        }
         guard wanted < armedKey, wanted < Self.horizonNanoseconds else { return }
         do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
             killEntryLocked(slot)
@@ -279,8 +287,9 @@ extension TimerScheduler {
     @inline(__always)
     func retireLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
         killEntryLocked(slot)
-        if queues.isEmpty, armedKey != .max, jobs.isEmpty {
-            try? wakeLocked(at: .max, &after)
+        if queues.isEmpty {
+            if armedKey != .max, jobs.isEmpty { try? wakeLocked(at: .max, &after) }
+            if armedOwnClockKeys.any { rearmOwnClocksLocked() }
         }
     }
 
@@ -290,7 +299,9 @@ extension TimerScheduler {
     /// ones past the horizon).
     func earliestWakeLocked(_ readings: ClockReadings?) -> UInt64 {
         var earliest = queues.monotonic.heap.topKey ?? .max
-        if !queues.onlyMonotonic {
+        // A driver that keeps the other clocks' deadlines on their own clocks is armed for
+        // them apart (`rearmOwnClocksLocked`).
+        if !queues.onlyMonotonic, !hasOwnClockDriver {
             if let key = queues.continuous.heap.topKey { earliest = min(earliest, monotonicLocked(key, on: .continuous, readings)) }
             if let key = queues.wall.heap.topKey { earliest = min(earliest, monotonicLocked(key, on: .wall, readings)) }
         }
@@ -304,10 +315,34 @@ extension TimerScheduler {
     }
 
     /// Arms the driver for the earliest wake-up, or disarms it when nothing can come due.
+    @inline(__always)
     func rearmLocked(_ readings: ClockReadings?, _ after: inout AfterUnlock) throws(TimerError) {
+        if hasOwnClockDriver { rearmOwnClocksLocked() }
         let wanted = earliestWakeLocked(readings)
         guard wanted != armedKey else { return }
         try wakeLocked(at: wanted, &after)
+    }
+
+    /// Arms `ownClockDriver` for the continuous and wall queues' first entries, on their own
+    /// clocks, where that changed. Out of line: the fire path of a scheduler without such a
+    /// driver pays one test of a flag for it.
+    @inline(never)
+    func rearmOwnClocksLocked() {
+        guard !queues.onlyMonotonic || armedOwnClockKeys.any else { return }
+        rearmOwnClockLocked(.continuous)
+        rearmOwnClockLocked(.wall)
+    }
+
+    /// Arms `ownClockDriver` for `clock`'s queue's first entry (`.max`: none, or only ones past
+    /// the horizon), unless it is armed for that already.
+    @inline(never)
+    func rearmOwnClockLocked(_ clock: DeadlineClock) {
+        guard let ownClockDriver else { return }
+        let top = queues.read(clock) { $0.heap.topKey } ?? .max
+        let wanted = top < Self.horizonNanoseconds ? top : .max
+        guard wanted != armedOwnClockKeys[clock] else { return }
+        ownClockDriver.wake(on: clock, at: wanted)
+        armedOwnClockKeys[clock] = wanted
     }
 
     /// Asks the driver to wake the loop at `key` (`.max`: disarms). A driver held weakly is
@@ -343,4 +378,21 @@ extension TimerScheduler {
 
     /// Makes the jitter draws of this scheduler's timers repeatable from `seed`.
     func seedJitter(_ seed: UInt64) { mutex.withLock { jitterState = seed } }
+}
+
+/// The keys an `OwnClockTimerDriver` is armed for on the continuous and wall clocks (`.max`:
+/// not armed).
+struct OwnClockKeys {
+    var continuous: UInt64 = .max
+    var wall: UInt64 = .max
+
+    /// Whether either clock's timer is armed.
+    var any: Bool { continuous != .max || wall != .max }
+
+    subscript(clock: DeadlineClock) -> UInt64 {
+        get { clock == .wall ? wall : continuous }
+        set {
+            if clock == .wall { wall = newValue } else { continuous = newValue }
+        }
+    }
 }

@@ -116,6 +116,16 @@ import Synchronization
     @exclusivity(unchecked) var clocks: ClockState
     /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
     @exclusivity(unchecked) var hasReportedShutdown = false
+    /// The owned driver again when it keeps deadlines on the continuous and wall clocks itself
+    /// (`OwnClockTimerDriver`): `armedKey` is then the monotonic queue's alone.
+    @exclusivity(unchecked) var ownClockDriver: (any OwnClockTimerDriver)? {
+        didSet { hasOwnClockDriver = ownClockDriver != nil }
+    }
+    /// Whether `ownClockDriver` is set, read on the fire and schedule paths without loading it
+    /// (a load retains it).
+    @exclusivity(unchecked) var hasOwnClockDriver = false
+    /// The keys `ownClockDriver` is armed for on the continuous and wall clocks; `.max`: none.
+    @exclusivity(unchecked) var armedOwnClockKeys = OwnClockKeys()
 
     static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
 
@@ -156,6 +166,8 @@ import Synchronization
     package func attach(owning driver: any TimerDriver) {
         mutex.withLock {
             ownedDriver = driver
+            // A custom or virtual clock's continuous and wall readings are not the kernel's.
+            if case .monotonic = clock { ownClockDriver = driver as? any OwnClockTimerDriver }
             isAttached = true
         }
     }

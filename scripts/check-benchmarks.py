@@ -14,10 +14,11 @@ import glob, json, os, sys
 # not in an object per tick (8072772 made one per next(), 3 allocations per tick, until it was
 # taken back).
 TICK_ALLOCATIONS_LIMIT = 0.1
-# The statistics' cost per fire measured 7.9 and 15.4 ns in two runs of the same commit (5fbd878,
-# each the middle of three processes); the 10 ns limit failed the second. 20 ns still fails a
-# real added cost (a lock or a clock read per fire is more).
-STATISTICS_COST_LIMIT_NS = 20
+# The statistics' cost per fire in ns is reported here, not checked: the same binary measures
+# 5-8 ns in some processes and 13-16 in others (a fire costs about 200 ns in the first and 360 in
+# the second, by where a process's memory lies), so no limit tells a real added cost from that.
+# `scripts/instruction-budget.py` checks the same cost in instructions (72 per fire, failing
+# past 76: a lock or a clock read per fire is more), which do not move.
 
 def load(directory):
     figures = {}
@@ -75,7 +76,8 @@ def main(directory):
                          f"{run['medianWithoutNs']:.1f} without; difference {run['medianDifferenceNs']:.2f} ns "
                          f"(95 % interval {run['differenceLowNs']:.2f}–{run['differenceHighNs']:.2f})")
         middle = sorted(run["medianDifferenceNs"] for run in runs)[1]
-        check("statistics' cost per fire on Manual (middle of three processes' median paired differences)", middle, STATISTICS_COST_LIMIT_NS, "ns per fire")
+        lines.append(f"info statistics' cost per fire on Manual (middle of three processes' median paired differences): {middle:.2f} ns "
+                     "(checked in instructions by instruction-budget.py)")
     for name in ["debounce by name, calls in one burst (manual)", "debouncer object, calls in one burst (manual)"]:
         value = get(name, "mallocCountTotal")
         # 16 per 1,000-call sample is the harness's own constant (as in the Manual fire path).

@@ -6,18 +6,19 @@
 // subtracting gives the figures per operation (`scripts/instruction-budget.py` does).
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
-//     store-profile fires FIRES
+//     store-profile fires FIRES [nostats]
 //     store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
-// one repeating timer on virtual time (the Manual fire path; run with 0 and subtract).
+// one repeating timer on virtual time (the Manual fire path; run with 0 and subtract); with
+// `nostats`, with the scheduler recording no statistics (the difference is what recording costs).
 // `loop-fires` makes FIRES fires of a repeating 1 ms timer (tolerance 0) on a real backend's
 // loop thread: the user-space instructions of a wake-up, its fire and the re-arm (run with 0
 // and subtract; a millisecond apart, each fire is a wake-up of its own even under valgrind,
 // which knows neither epoll_pwait2 nor io_uring, and under which a run loop spins).
 import Foundation
-import TimerKit
+@_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
 import TimerKitLibevent
 import TimerKitURing
@@ -104,9 +105,10 @@ func handleResets(_ handles: [TimerHandle], resets: Int, _ random: inout Workloa
 
 /// FIRES fires of one repeating timer on virtual time, as the fire-path benchmark makes them.
 @inline(never)
-func fireWorkload(fires: Int) throws {
+func fireWorkload(fires: Int, recordingStatistics: Bool) throws {
     let clock = ManualBackend(registry: TimerRegistry())
     defer { clock.shutdown() }
+    clock.scheduler.recordsFireStatistics = recordingStatistics
     try clock.schedule(.every(.microseconds(100))) { _ in }
     clock.advance(by: .milliseconds(10))  // steady state, as the benchmark has it
     firePath(clock, fires: fires)
@@ -161,9 +163,11 @@ if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "loop-fires",
     }
 }
 
-if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fires", let fires = Int(CommandLine.arguments[2]), fires >= 0 {
+if CommandLine.arguments.count == 3 || (CommandLine.arguments.count == 4 && CommandLine.arguments[3] == "nostats"),
+    CommandLine.arguments[1] == "fires", let fires = Int(CommandLine.arguments[2]), fires >= 0
+{
     do {
-        try fireWorkload(fires: fires)
+        try fireWorkload(fires: fires, recordingStatistics: CommandLine.arguments.count == 3)
         print("fires \(fires)")
         exit(0)
     } catch {

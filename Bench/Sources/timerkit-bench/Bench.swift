@@ -102,7 +102,7 @@ struct RunBench: ParsableCommand {
 
     @Flag(
         help: """
-            Leave out the raw native baselines (libevent-raw, pwait2-raw, uring-raw, dispatch-raw, foundation-raw) \
+            Leave out the raw native baselines (libevent-raw, timerfd-raw, pwait2-raw, uring-raw, dispatch-raw, foundation-raw) \
             in throughput and fan-out.
             """
     )
@@ -176,9 +176,11 @@ struct RunBench: ParsableCommand {
                 if rawFanoutBaselines.contains(baseline.name) { scenarios.append("fanout") }
                 print("\(baseline.name) \(scenarios.joined(separator: ","))")
             }
-            // Fan-out only: a raw epoll_pwait2 program (a heap, one wait per wake-up) and a raw
-            // io_uring program (one timeout per timer).
-            for name in [PWait2RawFanout.name, URingRawFanout.name] where unavailableBackends[name] == nil { print("\(name) fanout") }
+            // Fan-out only: raw timerfd and epoll_pwait2 programs (a heap, one wait per wake-up)
+            // and a raw io_uring program (one timeout per timer).
+            for name in [PWait2RawFanout.timerfdName, PWait2RawFanout.name, URingRawFanout.name] where unavailableBackends[name] == nil {
+                print("\(name) fanout")
+            }
             return
         }
         nioBackgroundTaskCount.store(nioBackgroundTasks, ordering: .relaxed)

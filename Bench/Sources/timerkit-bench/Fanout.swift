@@ -41,7 +41,9 @@ func processCPUNanoseconds() -> UInt64 {
 private let fanoutPeriod: Int64 = 100_000_000
 
 /// The raw baselines that also run the fan-out (with no --backend filter and no --no-raw).
-let rawFanoutBaselines: Set<String> = ["libevent-raw", PWait2RawFanout.name, URingRawFanout.name, NIOPeer.name]
+let rawFanoutBaselines: Set<String> = [
+    "libevent-raw", PWait2RawFanout.timerfdName, PWait2RawFanout.name, URingRawFanout.name, NIOPeer.name,
+]
 
 /// One subject of the fan-out: sets its timers up and runs one measured slice.
 private struct FanoutSubject {
@@ -85,6 +87,10 @@ func runFanout(
     if includeRaw {
         subjects.append(
             FanoutSubject(name: "libevent-raw", toleranceUs: 0) { try runRawLibeventFanout(timers: timers, seconds: $0, into: $1) })
+        subjects.append(
+            FanoutSubject(name: PWait2RawFanout.timerfdName, toleranceUs: 0) {
+                try PWait2RawFanout.run(timers: timers, period: UInt64(fanoutPeriod), seconds: $0, timerfd: true, into: $1)
+            })
         if unavailableBackends[PWait2RawFanout.name] == nil {
             subjects.append(
                 FanoutSubject(name: PWait2RawFanout.name, toleranceUs: 0) {

@@ -2,8 +2,9 @@
 #define CBENCHSYSTEM_H
 
 // What the bench needs of Linux that Glibc's Swift module leaves out: timerfd (the floor
-// baselines), mallinfo2 and malloc_trim (memory per timer), the kernel thread id
-// (per-thread wake-up counts from /proc), and epoll_pwait2 (the pwait2-raw fan-out).
+// baselines and the timerfd-raw fan-out), mallinfo2 and malloc_trim (memory per timer), the
+// kernel thread id (per-thread wake-up counts from /proc), and epoll_pwait2 (the pwait2-raw
+// fan-out).
 #include <sys/types.h>
 #include <sys/timerfd.h>
 #include <malloc.h>

@@ -258,7 +258,7 @@ struct URing: @unchecked Sendable {
 private final class URingLoopState: OwnClockTimerDriver, @unchecked Sendable {
     // @unchecked: `ring`, `eventFD` and the buffers never change; the ring and the
     // buffers are touched by the loop thread only (after init, before close); `gate`,
-    // `clockRequests`, `counts` and `loopThread` guard themselves.
+    // `continuousRequest`, `wallRequest`, `counts` and `loopThread` guard themselves.
     private static let readTag: UInt64 = 3
 
     let ring: URing

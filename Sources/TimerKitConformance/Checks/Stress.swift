@@ -34,10 +34,12 @@ extension Checks {
             let end = MonotonicInstant.now() + .nanoseconds(Int64(Self.seconds * 1e9))
             onThreads(4) { worker in
                 var rng = SystemRandomNumberGenerator()
-                while MonotonicInstant.now() < end {
+                // At least one operation each: on a loaded machine a thread may first run after
+                // `end` (a run under load saw 0 operations in all).
+                repeat {
                     Self.randomOperation(worker: worker, on: h, shared, &rng)
                     shared.operations.increment()
-                }
+                } while MonotonicInstant.now() < end
             }
             for slot in shared.slots {
                 if let timer = slot.withLock({ $0.take() }) { timer.cancelAndWait() }

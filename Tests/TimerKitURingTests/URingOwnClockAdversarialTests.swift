@@ -440,35 +440,33 @@ struct URingOwnClockAdversarialTests {
             let count = 25
             let problems = Locked<[String]>([])
             let calls = Locked<[DeadlineClock: Int]>([:])
+            /// Checks that each call comes at or after its grid point (`first` the point of
+            /// the first call, skipped points counted) on `clock`, read by `read`, and counts it.
+            @Sendable func onTheGrid(_ clock: DeadlineClock, from start: UInt64, first: UInt64, _ read: @escaping @Sendable () -> UInt64)
+                -> @Sendable (Tick) -> Void
+            {
+                let points = Locked<UInt64>(first)
+                return { tick in
+                    let now = read()
+                    let point = points.withLock { points in
+                        points += UInt64(tick.missed)
+                        defer { points += 1 }
+                        return points
+                    }
+                    if now < start + point * interval {
+                        problems.withLock { $0.append("\(clock) call \(tick.index) before grid point \(point)") }
+                    }
+                    calls.withLock { $0[clock, default: 0] += 1 }
+                }
+            }
             let start = Date().addingTimeInterval(0.01)
-            let wallStart = nanoseconds(of: start)
-            let wallPoints = Locked<UInt64>(0)
-            try backend.schedule(.every(.nanoseconds(Int64(interval)), from: start, count: count)) { tick in
-                let now = wallNanoseconds()
-                let point = wallPoints.withLock { points in
-                    points += UInt64(tick.missed)
-                    defer { points += 1 }
-                    return points
-                }
-                if now < wallStart + point * interval {
-                    problems.withLock { $0.append("wall call \(tick.index) before grid point \(point)") }
-                }
-                calls.withLock { $0[.wall, default: 0] += 1 }
-            }
-            let bootStart = bootNanoseconds()
-            let bootPoints = Locked<UInt64>(1)
-            try backend.schedule(.every(.nanoseconds(Int64(interval)), on: .continuous, count: count)) { tick in
-                let now = bootNanoseconds()
-                let point = bootPoints.withLock { points in
-                    points += UInt64(tick.missed)
-                    defer { points += 1 }
-                    return points
-                }
-                if now < bootStart + point * interval {
-                    problems.withLock { $0.append("continuous call \(tick.index) before grid point \(point)") }
-                }
-                calls.withLock { $0[.continuous, default: 0] += 1 }
-            }
+            try backend.schedule(
+                .every(.nanoseconds(Int64(interval)), from: start, count: count),
+                handler: onTheGrid(.wall, from: nanoseconds(of: start), first: 0, wallNanoseconds))
+            // A delay's first point is one interval after its start.
+            try backend.schedule(
+                .every(.nanoseconds(Int64(interval)), on: .continuous, count: count),
+                handler: onTheGrid(.continuous, from: bootNanoseconds(), first: 1, bootNanoseconds))
             // Monotonic traffic beside them, on a grid that falls between theirs.
             try backend.schedule(.every(.microseconds(3_100))) { _ in }
             #expect(waitFor { calls.current == [.wall: count, .continuous: count] }, "\(calls.current)")

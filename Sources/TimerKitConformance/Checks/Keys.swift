@@ -107,11 +107,11 @@ extension Checks.Keys {
         #expect(!h.backend.isActive(key))
         #expect(h.waitUntil { recorder.endCount == 1 })
         h.pass(ms(30))
-        // A test thread that stalls past 10 ms between the two calls sees a fire first: the end
-        // counts it, and nothing fires after the end.
+        // A test thread that stalls between the two calls sees fires first (one per 10 ms: a
+        // CI run under ThreadSanitizer saw two): the end counts them, and nothing fires after it.
         let ends = recorder.ends(of: key)
         #expect(ends.count == 1 && ends.first?.reason == .cancelled)
-        #expect(recorder.fireCount == ends.first?.fires && recorder.fireCount <= 1)
+        #expect(recorder.fireCount == ends.first?.fires)
         for attempt in [
             { try h.backend.reschedule(key, .after(ms(5))) }, { try h.backend.suspend(key) }, { try h.backend.resume(key) },
         ] as [() throws -> Void] {

@@ -67,6 +67,7 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     /// When vsync 0 was due: frame k is due at `start + k·period`.
     public let start: MonotonicInstant
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     /// The vsync thread's priority (it may differ from the one asked for).
     public let obtainedPriority: ObtainedPriority
     /// The vsync thread's kernel thread id.

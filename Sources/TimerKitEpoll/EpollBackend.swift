@@ -102,6 +102,7 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
     package static let simulatedPwait2Errno = Atomic<Int32>(0)
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     /// The priority the loop thread got (it may differ from the one asked for).
     public let obtainedPriority: ObtainedPriority
     /// The loop thread's kernel thread id (for /proc/self/task/<id>/status, perf, chrt).

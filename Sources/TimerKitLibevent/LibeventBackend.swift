@@ -43,6 +43,7 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     }
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     /// libevent's name for the method the base uses ("epoll", ...).
     public let method: String
     /// Whether this backend made (and runs) its base, or was attached to the caller's.

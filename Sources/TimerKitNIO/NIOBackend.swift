@@ -44,6 +44,7 @@
         // @unchecked: the mutable fields are touched only while holding `lock`; the rest is
         // immutable.
         @_spi(BackendImplementation) public let scheduler: TimerScheduler
+        @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
         /// The loop the timers fire on.
         public let eventLoop: any EventLoop
         /// Whether the loop keeps virtual time (`EventLoop.now`), which the backend's clock reads.

@@ -16,8 +16,17 @@ import Foundation
 /// timer.cancel()
 /// ```
 public protocol TimerBackend: AnyObject, Sendable {
-    /// The core scheduler this backend drives: for backend implementors only.
+    /// The core scheduler this backend drives, which it owns: the same one, kept alive for as
+    /// long as the backend lives (a stored `let`). For backend implementors only.
     @_spi(BackendImplementation) var scheduler: TimerScheduler { get }
+
+    /// `scheduler`, not retained: the backend's per-timer calls (a key's schedule, cancel and
+    /// reschedule, a handler's schedule) borrow the scheduler through it, which the backend
+    /// keeps alive, instead of retaining and releasing it each time. The default reads
+    /// `scheduler`; a backend whose `scheduler` is a stored `let` saves that read's retain and
+    /// release by returning `.passUnretained(scheduler)` from the stored property itself. For
+    /// backend implementors only.
+    @_spi(BackendImplementation) var unretainedScheduler: Unmanaged<TimerScheduler> { get }
 
     /// Cancels this backend's timers, stops its loop and frees what it holds (threads,
     /// descriptors, native timers). Idempotent. Later `schedule` calls throw
@@ -26,6 +35,20 @@ public protocol TimerBackend: AnyObject, Sendable {
 }
 
 extension TimerBackend {
+    /// Reads `scheduler`, which the backend keeps alive.
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
+
+    /// Runs `body` with the scheduler, borrowed from the backend, which keeps it alive while
+    /// `self` is (no retain and release per call, as reading `scheduler` through the protocol
+    /// costs).
+    @inline(__always)
+    func withScheduler<Result>(_ body: (TimerScheduler) throws(TimerError) -> Result) throws(TimerError) -> Result {
+        let result: Swift.Result<Result, TimerError> = unretainedScheduler._withUnsafeGuaranteedRef { scheduler in
+            Swift.Result { () throws(TimerError) in try body(scheduler) }
+        }
+        return try result.get()
+    }
+
     /// The backend's short name: "dispatch", "epoll", "libevent", "runloop", "manual".
     public var name: String { scheduler.backendName }
 
@@ -128,9 +151,9 @@ extension TimerBackend {
         missedTicks: MissedTickPolicy = .skip,
         handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
-        try scheduler.schedule(
-            schedule, name: name, tolerance: tolerance, policy: missedTicks,
-            target: nil, handler: handler)
+        try withScheduler { scheduler throws(TimerError) in
+            try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, target: nil, handler: handler)
+        }
     }
 
     /// Target-action scheduling (NSTimer's target/selector, with NSProxy's weak reference

@@ -85,25 +85,31 @@ extension TimerBackend {
         _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero, missedTicks: MissedTickPolicy = .skip,
         calling callback: Callback
     ) throws(TimerError) -> TimerKey {
-        try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback)
+        try withScheduler { scheduler throws(TimerError) in
+            try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback)
+        }
     }
 
     /// Cancels the timer `key` names. Idempotent: nothing happens if it has ended.
-    public func cancel(_ key: TimerKey) { scheduler.cancel(key) }
+    public func cancel(_ key: TimerKey) { unretainedScheduler._withUnsafeGuaranteedRef { $0.cancel(key) } }
 
     /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`).
     /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors.
     public func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
-        try scheduler.reschedule(key, schedule)
+        try withScheduler { scheduler throws(TimerError) in try scheduler.reschedule(key, schedule) }
     }
 
     /// Suspends the timer `key` names (as `TimerHandle/suspend()`).
-    public func suspend(_ key: TimerKey) throws(TimerError) { try scheduler.suspend(key) }
+    public func suspend(_ key: TimerKey) throws(TimerError) {
+        try withScheduler { scheduler throws(TimerError) in try scheduler.suspend(key) }
+    }
 
     /// Resumes the timer `key` names (as `TimerHandle/resume()`).
-    public func resume(_ key: TimerKey) throws(TimerError) { try scheduler.resume(key) }
+    public func resume(_ key: TimerKey) throws(TimerError) {
+        try withScheduler { scheduler throws(TimerError) in try scheduler.resume(key) }
+    }
 
     /// Whether the timer `key` names is scheduled or suspended (false once it has ended, and
     /// for a key of another backend).
-    public func isActive(_ key: TimerKey) -> Bool { scheduler.isActive(key) }
+    public func isActive(_ key: TimerKey) -> Bool { unretainedScheduler._withUnsafeGuaranteedRef { $0.isActive(key) } }
 }

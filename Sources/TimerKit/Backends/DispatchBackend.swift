@@ -10,6 +10,7 @@ public final class DispatchBackend: TimerBackend, @unchecked Sendable {
     // both thread-safe in GCD; the rest is immutable or Sendable.
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     /// The serial queue the handlers run on.
     public let queue: DispatchQueue
     private let source: DispatchSourceTimer

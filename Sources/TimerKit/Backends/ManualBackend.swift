@@ -27,6 +27,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     // themselves.
 
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     private let mutex = FutexLock()
     /// Broadcast when an `advance` call ends its turn.
     private let turnEnded = FutexCondition()

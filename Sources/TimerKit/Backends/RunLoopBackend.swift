@@ -32,6 +32,7 @@ public final class RunLoopBackend: TimerBackend, @unchecked Sendable {
 
     /// The `.default` mode's scheduler.
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
+    @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
     /// Whether this backend runs its own thread (false: attached to the caller's loop).
     public let isAttached: Bool
     private let runLoop: RunLoop

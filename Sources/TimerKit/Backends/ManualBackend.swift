@@ -84,7 +84,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// Moves virtual time forward by `duration`, firing everything that comes due.
     /// A negative duration does nothing; a huge one saturates at the end of time.
     public func advance(by duration: Duration) {
-        advanceSynchronously(to: clock.now + max(duration, .zero))
+        advanceSynchronously(to: clock.now + (duration.isNegative ? .zero : duration))
     }
 
     /// Moves virtual time forward by `duration` for code running on `taskExecutor`.
@@ -99,7 +99,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// Unlike `advance(by:)`, which fires handlers and returns, it waits for the tasks that
     /// the fired timers resume, so it is `async`; call it from the test, not from a handler.
     public func advanceAndSettle(by duration: Duration) async {
-        await advanceAndSettle(to: clock.now + max(duration, .zero))
+        await advanceAndSettle(to: clock.now + (duration.isNegative ? .zero : duration))
     }
 
     /// Moves virtual time to `deadline` for code running on `taskExecutor`, as
@@ -161,7 +161,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// (a long handler elsewhere, a run loop in another mode). What came due fires at the
     /// next `advance` or `runDue()`, under each timer's missed-tick policy.
     public func stall(for duration: Duration) {
-        clock.move(to: clock.now + max(duration, .zero))
+        clock.move(to: clock.now + (duration.isNegative ? .zero : duration))
     }
 
     /// Fires whatever is due at the current virtual time without moving it.
@@ -186,7 +186,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// came due meanwhile fire once, under their missed-tick policy; monotonic timers keep
     /// their deadlines, which the suspend did not bring nearer. Call it from the test.
     public func simulateSuspend(for duration: Duration) {
-        clock.suspend(for: UInt64(max(duration, .zero).saturatingNanoseconds))
+        clock.suspend(for: UInt64(duration.isNegative ? 0 : duration.saturatingNanoseconds))
         scheduler.clockMayHaveChanged()
         runDue()
     }

@@ -91,7 +91,7 @@ extension TimerScheduler {
         // Explicit lock and unlock, not `locked`: the cancel path allocates nothing.
         var after = AfterUnlock()
         mutex.lock()
-        if recordLocked(handle) != nil { endLocked(handle.slot, .cancelled, because: cause, into: &after) }
+        if recordLocked(handle) != nil { endInlineLocked(handle.slot, .cancelled, because: cause, into: &after) }
         settleLocked(&after)
         mutex.unlock()
         after.run()
@@ -100,7 +100,7 @@ extension TimerScheduler {
     func cancel(_ key: TimerKey) {
         var after = AfterUnlock()
         mutex.lock()
-        if (try? recordLocked(key)) ?? nil != nil { endLocked(key.slot, .cancelled, because: .cancelled, into: &after) }
+        if (try? recordLocked(key)) ?? nil != nil { endInlineLocked(key.slot, .cancelled, because: .cancelled, into: &after) }
         settleLocked(&after)
         mutex.unlock()
         after.run()

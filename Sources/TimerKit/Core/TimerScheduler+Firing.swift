@@ -247,11 +247,12 @@ extension TimerScheduler {
     }
 
     func invoke(_ call: borrowing Call) {
-        let registryObservers = registry.currentObservers()
-        guard !registryObservers.isEmpty || call.observers != nil, let handle = call.handle else {
+        // The flag first: most calls are observed by no one, and need no copy of the registry's.
+        guard registry.hasObservers || call.observers != nil, let handle = call.handle else {
             makeCall(call)
             return
         }
+        let registryObservers = registry.currentObservers()
         let tick = Tick(
             index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
             missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged, timer: handle)
@@ -295,6 +296,7 @@ extension TimerScheduler {
 extension ClockQueue {
     /// The first entry once dead ones are dropped and reset ones re-filed: the live entry that
     /// is earliest.
+    @inline(__always)
     mutating func liveTop(in store: borrowing TimerStore) -> TimerQueue.Entry? {
         while let top = heap.top {
             let record = store[top.slot]
@@ -315,6 +317,7 @@ extension ClockQueue {
     /// latest fire time has come, or its due time has and the loop is awake anyway (a timer with
     /// tolerance fires early in its window rather than cost a wake-up of its own). Keys at or
     /// past `horizon` never come, however far the clock moves.
+    @inline(__always)
     mutating func popDue(now: UInt64, horizon: UInt64, in store: borrowing TimerStore) -> UInt32? {
         guard let top = liveTop(in: store), top.key < horizon else { return nil }
         let record = store[top.slot]

@@ -28,7 +28,7 @@ extension TimerScheduler {
 
     func shutDown(failure: TimerError?) {
         var unwatch = false
-        var ownedDriver: (any TimerDriver)?
+        var ownedDriver: Unmanaged<OwnedDriver>?
         let first = locked { (after: inout AfterUnlock) -> Bool in
             guard !isShutDown else { return false }
             isShutDown = true
@@ -48,7 +48,7 @@ extension TimerScheduler {
             jobs.removeAll()
             return true
         }
-        ownedDriver = nil
+        ownedDriver?.release()
         guard first else {
             mutex.lock()
             while !hasEndedAllTimers && !isFiringThreadLocked { waitLocked() }

@@ -164,6 +164,7 @@ extension TimerScheduler {
 
     /// Takes a slot for a new timer, counts it, registers its name and fills its record; the
     /// caller sets its owner and queues it.
+    @inline(__always)
     private func addLocked(
         _ resolved: TimerSchedule.Resolved, calendar: CalendarRule?, policy: MissedTickPolicy, options: TimerOptions?,
         _ after: inout AfterUnlock
@@ -352,7 +353,11 @@ extension TimerScheduler {
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
         let deadline = key == .max ? MonotonicInstant.distantFuture : MonotonicInstant(nanoseconds: key)
         if let ownedDriver {
-            try ownedDriver.wake(at: deadline)
+            let refused: TimerError? = ownedDriver._withUnsafeGuaranteedRef { owned in
+                do throws(TimerError) { try owned.driver.wake(at: deadline) } catch { return error }
+                return nil
+            }
+            if let refused { throw refused }
         } else {
             guard let driver = after.loadDriver({ driver }) else { return }
             try driver.wake(at: deadline)

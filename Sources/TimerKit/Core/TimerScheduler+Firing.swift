@@ -210,10 +210,12 @@ extension TimerScheduler {
             freeIfIdleLocked(slot, &after)
         } else if extras?.runsTasks == true && called {
             // Its task decides what follows, when it returns (`taskReturned`).
-        } else if isLastCallOverLocked(record) && extras?.parksAfterLastCall == true {
-            record.pointee.state = .suspended  // a debouncer's or throttler's timer waits for its next call
         } else if isLastCallOverLocked(record) {
-            endLocked(slot, .finished, because: .completed, into: &after)
+            if extras?.parksAfterLastCall == true {
+                record.pointee.state = .suspended  // a debouncer's or throttler's timer waits for its next call
+            } else {
+                endLocked(slot, .finished, because: .completed, into: &after)
+            }
         } else if record.pointee.state == .scheduled && record.pointee.entrySequence == 0 && !isShutDown {
             try queueLocked(slot, &after)
         }

@@ -141,11 +141,18 @@ extension TimerScheduler {
     /// called after it, and those still waiting now that were queued before it returned. One
     /// walk over the due entries serves every report (one walk per report made a herd of slow
     /// handlers quadratic: 10,000 took 6 s).
+    @inline(__always)
     func reportSlowCallsLocked() {
         guard !slowCalls.notes.isEmpty else {
             slowCalls.forgetCalls()
             return
         }
+        reportNotedSlowCallsLocked()
+    }
+
+    /// Reports the slow calls noted in this wake-up (out of line: most wake-ups have none).
+    @inline(never)
+    private func reportNotedSlowCallsLocked() {
         defer { slowCalls.reset() }
         slowReportWalks += 1
         var waiting: [(key: UInt64, sequence: UInt64)] = []

@@ -77,6 +77,7 @@ struct AfterUnlock: ~Copyable {
 
     /// Takes `callback` (+1, the record's reference) to tell, after unlocking, that its timer
     /// has ended.
+    @inline(__always)
     mutating func keep(ended callback: EndedCallback) {
         if ended == nil { ended = callback } else { owed.ended.append(callback) }
     }

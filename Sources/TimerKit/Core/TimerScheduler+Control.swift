@@ -190,8 +190,8 @@ extension TimerScheduler {
         mutex.lock()
         let watch: Bool
         do throws(TimerError) {
-            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
-            watch = try rescheduleLocked(handle.slot, resolved, calendar: schedule.calendarRule, &after)
+            guard let record = recordLocked(handle) else { throw endedErrorLocked(handle) }
+            watch = try rescheduleLocked(record, handle.slot, resolved, calendar: schedule.calendarRule, &after)
         } catch {
             unlock(running: consume after)
             throw error
@@ -206,8 +206,8 @@ extension TimerScheduler {
         mutex.lock()
         let watch: Bool
         do throws(TimerError) {
-            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
-            watch = try rescheduleLocked(key.slot, resolved, calendar: schedule.calendarRule, &after)
+            guard let record = try recordLocked(key) else { throw endedErrorLocked(key) }
+            watch = try rescheduleLocked(record, key.slot, resolved, calendar: schedule.calendarRule, &after)
         } catch {
             unlock(running: consume after)
             throw error
@@ -216,14 +216,25 @@ extension TimerScheduler {
         if watch { ClockWatcher.shared.watch(self) }
     }
 
-    /// Gives the timer in `slot` the schedule `resolved` (resolved before locking: reading the
-    /// clock needs no lock); returns whether the clock watcher must be told of this scheduler now.
+    /// Gives the timer in `slot`, whose record is `record`, the schedule `resolved` (resolved
+    /// before locking: reading the clock needs no lock); returns whether the clock watcher must
+    /// be told of this scheduler now. The common case (`movedLaterInPlaceLocked`) is inlined
+    /// into the caller; the rest is out of line.
+    @inline(__always)
     private func rescheduleLocked(
-        _ slot: UInt32, _ resolved: TimerSchedule.Resolved, calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock
+        _ record: UnsafeMutablePointer<TimerRecord>, _ slot: UInt32, _ resolved: TimerSchedule.Resolved,
+        calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock
     ) throws(TimerError) -> Bool {
         if isShutDown { throw shutDownErrorLocked() }
-        let record = store[slot]
         if movedLaterInPlaceLocked(record, resolved, calendar: calendarRule) { return false }
+        return try rescheduleInFullLocked(slot, resolved, calendar: calendarRule, &after)
+    }
+
+    @inline(never)
+    private func rescheduleInFullLocked(
+        _ slot: UInt32, _ resolved: TimerSchedule.Resolved, calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock
+    ) throws(TimerError) -> Bool {
+        let record = store[slot]
         var watch = false
         var previousKey: UInt64?
         if record.pointee.clock != resolved.clock {

@@ -26,6 +26,21 @@
     }
 
     extension NIOBackendTests {
+        /// The scheduler the backend lends unretained to a key's calls (`unretainedScheduler`,
+        /// for backend implementors) is its own, and those calls reach it.
+        @Test func itLendsItsOwnSchedulerUnretained() throws {
+            let loop = EmbeddedEventLoop()
+            let backend = NIOBackend(on: loop, registry: TimerRegistry())
+            defer { backend.shutdown() }
+            #expect(backend.unretainedScheduler.takeUnretainedValue() === backend.scheduler)
+            final class Quiet: TimerCallback { func timerFired(_ fire: TimerFire) {} }
+            let key = try backend.schedule(.after(.seconds(3600)), name: "lent", calling: Quiet())
+            #expect(backend.registry.timer(named: "lent") != nil)
+            backend.cancel(key)
+            #expect(!backend.isActive(key))
+            #expect(backend.registry.timer(named: "lent") == nil)
+        }
+
         /// How a NIO user tests timer code: on an `EmbeddedEventLoop` the backend reads the loop's
         /// virtual time, and `advanceTime(by:)` fires what came due, synchronously, in order.
         @Test func onAnEmbeddedLoopTimersFollowTheLoopsVirtualTime() throws {

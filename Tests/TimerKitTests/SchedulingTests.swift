@@ -29,6 +29,42 @@ struct SchedulingTests {
         #expect(registry.count == 0)
     }
 
+    /// A fire leaves its timer's queue entry in place while the handler runs, to be re-filed by
+    /// the repeat's next tick or taken by the next timer queued: timers that handlers schedule
+    /// before, at and after the repeat's next tick and beyond timers already waiting, by handle
+    /// and by key, still fire in deadline order, then scheduling order (the repeat's next tick is
+    /// queued once its handler has returned, after what the handler scheduled), and the repeat
+    /// keeps its grid.
+    @Test func timersScheduledInsideARepeatingHandlerKeepDeadlineOrder() throws {
+        let clock = self.clock
+        defer { clock.shutdown() }
+        let log = Locked<[String]>([])
+        final class Logged: TimerCallback {
+            let log: Locked<[String]>
+            let name: String
+            init(_ log: Locked<[String]>, _ name: String) { (self.log, self.name) = (log, name) }
+            func timerFired(_ fire: TimerFire) { log.withLock { $0.append(name) } }
+        }
+        try clock.schedule(.after(ms(33))) { _ in log.withLock { $0.append("a") } }
+        try clock.schedule(.after(ms(47))) { _ in log.withLock { $0.append("b") } }
+        try clock.schedule(.every(ms(10))) { tick in
+            log.withLock { $0.append("r\(tick.index)") }
+            guard tick.index < 3 else { return }
+            // First the farthest: it takes the place of the firing timer's entry, above "a" and "b".
+            _ = try? clock.schedule(.after(ms(40))) { _ in log.withLock { $0.append("far\(tick.index)") } }
+            _ = try? clock.schedule(.after(ms(5))) { _ in log.withLock { $0.append("early\(tick.index)") } }
+            _ = try? clock.schedule(.after(ms(15)), calling: Logged(log, "late\(tick.index)"))
+            _ = try? clock.schedule(.after(ms(10))) { _ in log.withLock { $0.append("tie\(tick.index)") } }
+        }
+        clock.advance(by: ms(60))
+        #expect(
+            log.current == [
+                "r0", "early0", "tie0", "r1", "late0", "early1", "tie1", "r2", "a", "late1", "early2", "tie2", "r3", "late2",
+                "b", "far0", "r4", "far1", "r5",
+            ])
+        #expect(registry.count == 2, "the repeat and far2 are left")
+    }
+
     @Test func oneShotAtAPastDeadlineFiresOnTheNextAdvance() throws {
         let clock = self.clock
         defer { clock.shutdown() }

@@ -7,9 +7,18 @@
 /// touches its own record and nothing else; `entryDied` is the one place that pays for that,
 /// by dropping dead entries at the top and sweeping a few elsewhere, which keeps dead entries
 /// at most one more than live ones after every operation.
+///
+/// A fire is the one place a dead entry stays at the top: its timer is taken out to fire and its
+/// entry left where it is (`entryLeftDeadAtTop`), so that the repeat's next tick, queued when
+/// the call returns, takes that place with one sift (`insert`) instead of a removal and an
+/// insert. Until then the top's key may be a due one; the fire loop drops the entry if nothing
+/// takes its place before it looks for the next due timer.
 struct ClockQueue: ~Copyable {
     var heap = TimerQueue()
     private(set) var dead = 0
+    /// A fire left its timer's entry at the top, dead (`entryLeftDeadAtTop`): the next insert
+    /// looks whether the top is still dead, to take its place. A hint: the insert checks.
+    private var firedTopMayBeDead = false
 
     /// Entries that stand for their timer.
     var live: Int { heap.count - dead }
@@ -19,8 +28,18 @@ struct ClockQueue: ~Copyable {
         store[entry.slot].pointee.entrySequence != entry.sequence
     }
 
-    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) {
-        heap.insert(slot, key: key, sequence: sequence)
+    /// Files a new entry. If the earliest entry is dead, the new one takes its place: a fire
+    /// leaves its timer's entry at the top, dead, while the call runs (`popDue`), so a repeat's
+    /// next tick re-files that entry in place.
+    @inline(__always)
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) {
+        if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
+            heap.replaceTop(slot, key: key, sequence: sequence)
+            dead -= 1
+        } else {
+            heap.insert(slot, key: key, sequence: sequence)
+        }
+        firedTopMayBeDead = false
     }
 
     /// The entry `sequence` no longer stands for its timer (whose `entrySequence` the caller
@@ -56,10 +75,12 @@ struct ClockQueue: ~Copyable {
         }
     }
 
-    /// Takes the live entry at the top out (the caller has checked it is live); dead entries
-    /// left behind stay within their bound.
-    mutating func popLiveTop(in store: borrowing TimerStore) {
-        heap.popTop()
+    /// Counts the entry at the top dead: its timer, due, was taken out to fire (the caller has set
+    /// its `entrySequence` to 0); dead entries stay within their bound.
+    @inline(__always)
+    mutating func entryLeftDeadAtTop(in store: borrowing TimerStore) {
+        dead += 1
+        firedTopMayBeDead = true
         keepDeadWithinBound(in: store)
     }
 

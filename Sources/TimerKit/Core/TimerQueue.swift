@@ -100,6 +100,14 @@ struct TimerQueue: ~Copyable {
         return remove(at: 0)
     }
 
+    /// Puts a new entry in the earliest one's place and lets it sink to its own: an insert that
+    /// reuses the place of an earliest entry that is dead (one sift instead of a removal and an
+    /// insert). The queue must not be empty.
+    mutating func replaceTop(_ slot: UInt32, key: UInt64, sequence: UInt64) {
+        entry(0).pointee = Entry(key: key, sequence: sequence, slot: slot)
+        siftDown(from: 0)
+    }
+
     /// Gives the earliest entry a new, later key and sequence and lets it sink to its place:
     /// re-filing a timer whose deadline moved later while it waited.
     mutating func refileTop(key: UInt64, sequence: UInt64) {

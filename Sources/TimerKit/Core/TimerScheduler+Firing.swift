@@ -324,8 +324,10 @@ extension ClockQueue {
         guard let top = liveTop(in: store), top.key < horizon else { return nil }
         let record = store[top.slot]
         guard top.key <= now || RepeatRule.dueTime(record.pointee) <= now else { return nil }
+        // Its entry stays at the top, dead, while the call runs: a repeat's next tick takes its
+        // place (`insert`), and anything else drops it as dead tops are dropped.
         record.pointee.entrySequence = 0
-        popLiveTop(in: store)
+        entryLeftDeadAtTop(in: store)
         return top.slot
     }
 }

@@ -248,7 +248,7 @@ extension TimerScheduler {
             // The offsets may be old: none was read while no timer waited on this clock.
             refreshOffsetsLocked()
         }
-        queues.with(clock) { $0.insert(slot, key: key, sequence: nextSequence) }
+        queues.with(clock) { $0.insert(slot, key: key, sequence: nextSequence, in: store) }
         record.pointee.entrySequence = nextSequence
         // The earliest wake-up, not only this timer's: after a refused wake-up the driver may be
         // armed later than an entry already queued (then it wakes once more than needed).

@@ -28,9 +28,9 @@ struct ClockQueue: ~Copyable {
         store[entry.slot].pointee.entrySequence != entry.sequence
     }
 
-    /// Files a new entry. If the earliest entry is dead, the new one takes its place: a fire
-    /// leaves its timer's entry at the top, dead, while the call runs (`popDue`), so a repeat's
-    /// next tick re-files that entry in place.
+    /// Files a new entry. Where a fire left the earliest entry dead (`entryLeftDeadAtTop`) and
+    /// it still is, the new one takes its place: a repeat's next tick, queued when its call
+    /// returns, re-files its entry in place.
     @inline(__always)
     mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) {
         if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {

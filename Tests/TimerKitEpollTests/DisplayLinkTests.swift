@@ -227,7 +227,9 @@ struct DisplayLinkTests {
 
     /// A steady link costs the vsync thread one system call per frame, the wait: its timerfd
     /// repeats on the link's grid, and is re-armed only when the next deadline is off that grid.
-    /// Before, every frame also re-armed it.
+    /// Before, every frame also re-armed it. A frame the thread is too late for puts the next
+    /// deadline off the timerfd's grid, so each dropped frame may cost one re-arm: a busy machine
+    /// (or ThreadSanitizer) drops some.
     @Test func aSteadyLinkCostsOneWaitPerFrameAndNoRearm() throws {
         let source = try DisplaySource(refreshRate: 200, priority: .normal, registry: TimerRegistry())
         defer { source.shutdown() }
@@ -235,12 +237,15 @@ struct DisplayLinkTests {
         let link = try source.addLink(action: log.record)
         defer { link.invalidate() }
         #expect(waitFor { log.count >= 3 })
-        let before = (source.loopCounts.waits, source.loopCounts.rearms, log.count)
+        let before = (source.loopCounts.waits, source.loopCounts.rearms, log.count, link.statistics.framesDropped, source.droppedVsyncs)
         #expect(waitFor { log.count >= before.2 + 40 })
         let waits = source.loopCounts.waits - before.0
         let rearms = source.loopCounts.rearms - before.1
+        let dropped = (link.statistics.framesDropped - before.3) + (source.droppedVsyncs - before.4)
         #expect(waits >= 40, "a wait per frame: \(waits)")
-        #expect(rearms <= 2, "the grid repeats without a re-arm: \(rearms) re-arms in \(waits) wake-ups")
+        #expect(
+            rearms <= 2 + dropped,
+            "the grid repeats without a re-arm: \(rearms) re-arms in \(waits) wake-ups, \(dropped) frames dropped")
     }
 
     /// A plain timer on a source keeps its own deadline: it is not moved to a vsync.

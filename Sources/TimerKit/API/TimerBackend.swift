@@ -43,10 +43,7 @@ extension TimerBackend {
     /// costs).
     @inline(__always)
     func withScheduler<Result>(_ body: (TimerScheduler) throws(TimerError) -> Result) throws(TimerError) -> Result {
-        let result: Swift.Result<Result, TimerError> = unretainedScheduler._withUnsafeGuaranteedRef { scheduler in
-            Swift.Result { () throws(TimerError) in try body(scheduler) }
-        }
-        return try result.get()
+        try unretainedScheduler.withBorrowed(body)
     }
 
     /// The backend's short name: "dispatch", "epoll", "libevent", "runloop", "manual".

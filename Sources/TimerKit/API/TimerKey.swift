@@ -91,7 +91,7 @@ extension TimerBackend {
     }
 
     /// Cancels the timer `key` names. Idempotent: nothing happens if it has ended.
-    public func cancel(_ key: TimerKey) { unretainedScheduler._withUnsafeGuaranteedRef { $0.cancel(key) } }
+    public func cancel(_ key: TimerKey) { unretainedScheduler.withBorrowed { $0.cancel(key) } }
 
     /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`).
     /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors.
@@ -111,5 +111,5 @@ extension TimerBackend {
 
     /// Whether the timer `key` names is scheduled or suspended (false once it has ended, and
     /// for a key of another backend).
-    public func isActive(_ key: TimerKey) -> Bool { unretainedScheduler._withUnsafeGuaranteedRef { $0.isActive(key) } }
+    public func isActive(_ key: TimerKey) -> Bool { unretainedScheduler.withBorrowed { $0.isActive(key) } }
 }

@@ -38,8 +38,7 @@ extension TimerScheduler {
             // Nothing is armed from now on: an owned driver goes (released below, unlocked), so
             // that a scheduler its handles keep alive never touches the backend's closed descriptors.
             swap(&ownedDriver, &self.ownedDriver)
-            // The same object as `ownedDriver`, which keeps it until after unlocking.
-            ownClockDriver = nil
+            hasOwnClockDriver = false
             armedOwnClockKeys = OwnClockKeys()
             unwatch = clocks.isWatched
             clocks.isWatched = false

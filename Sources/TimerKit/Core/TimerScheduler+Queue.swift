@@ -324,8 +324,8 @@ extension TimerScheduler {
         try wakeLocked(at: wanted, &after)
     }
 
-    /// Arms `ownClockDriver` for the continuous and wall queues' first entries, on their own
-    /// clocks, where that changed. Out of line: the fire path of a scheduler without such a
+    /// Arms the owned driver's own clocks for the continuous and wall queues' first entries,
+    /// where that changed. Out of line: the fire path of a scheduler without such a
     /// driver pays one test of a flag for it.
     @inline(never)
     func rearmOwnClocksLocked() {
@@ -334,15 +334,15 @@ extension TimerScheduler {
         rearmOwnClockLocked(.wall)
     }
 
-    /// Arms `ownClockDriver` for `clock`'s queue's first entry (`.max`: none, or only ones past
-    /// the horizon), unless it is armed for that already.
+    /// Arms the owned driver's own clock for `clock`'s queue's first entry (`.max`: none, or
+    /// only ones past the horizon), unless it is armed for that already.
     @inline(never)
     func rearmOwnClockLocked(_ clock: DeadlineClock) {
-        guard let ownClockDriver else { return }
+        guard let ownedDriver else { return }
         let top = queues.read(clock) { $0.heap.topKey } ?? .max
         let wanted = top < Self.horizonNanoseconds ? top : .max
         guard wanted != armedOwnClockKeys[clock] else { return }
-        ownClockDriver.wake(on: clock, at: wanted)
+        ownedDriver.withBorrowed { $0.ownClock?.wake(on: clock, at: wanted) }
         armedOwnClockKeys[clock] = wanted
     }
 
@@ -353,11 +353,7 @@ extension TimerScheduler {
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
         let deadline = key == .max ? MonotonicInstant.distantFuture : MonotonicInstant(nanoseconds: key)
         if let ownedDriver {
-            let refused: TimerError? = ownedDriver._withUnsafeGuaranteedRef { owned in
-                do throws(TimerError) { try owned.driver.wake(at: deadline) } catch { return error }
-                return nil
-            }
-            if let refused { throw refused }
+            try ownedDriver.withBorrowed { owned throws(TimerError) in try owned.driver.wake(at: deadline) }
         } else {
             guard let driver = after.loadDriver({ driver }) else { return }
             try driver.wake(at: deadline)

@@ -117,15 +117,10 @@ import Synchronization
     @exclusivity(unchecked) var clocks: ClockState
     /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
     @exclusivity(unchecked) var hasReportedShutdown = false
-    /// The owned driver again when it keeps deadlines on the continuous and wall clocks itself
-    /// (`OwnClockTimerDriver`): `armedKey` is then the monotonic queue's alone.
-    @exclusivity(unchecked) var ownClockDriver: (any OwnClockTimerDriver)? {
-        didSet { hasOwnClockDriver = ownClockDriver != nil }
-    }
-    /// Whether `ownClockDriver` is set, read on the fire and schedule paths without loading it
-    /// (a load retains it).
+    /// Whether the owned driver keeps deadlines on the continuous and wall clocks itself
+    /// (`OwnedDriver.ownClock`): `armedKey` is then the monotonic queue's alone.
     @exclusivity(unchecked) var hasOwnClockDriver = false
-    /// The keys `ownClockDriver` is armed for on the continuous and wall clocks; `.max`: none.
+    /// The keys the owned driver's own clocks are armed for; `.max`: none.
     @exclusivity(unchecked) var armedOwnClockKeys = OwnClockKeys()
 
     static let horizonNanoseconds = MonotonicInstant.horizon.nanoseconds
@@ -168,9 +163,10 @@ import Synchronization
     package func attach(owning driver: any TimerDriver) {
         let replaced = mutex.withLock { () -> Unmanaged<OwnedDriver>? in
             let replaced = ownedDriver
-            ownedDriver = .passRetained(OwnedDriver(driver))
             // A custom or virtual clock's continuous and wall readings are not the kernel's.
-            if case .monotonic = clock { ownClockDriver = driver as? any OwnClockTimerDriver }
+            let ownClock: (any OwnClockTimerDriver)? = if case .monotonic = clock { driver as? any OwnClockTimerDriver } else { nil }
+            ownedDriver = .passRetained(OwnedDriver(driver, ownClock: ownClock))
+            hasOwnClockDriver = ownClock != nil
             isAttached = true
             return replaced
         }
@@ -273,5 +269,11 @@ import Synchronization
 /// `TimerScheduler.ownedDriver`).
 final class OwnedDriver {
     let driver: any TimerDriver
-    init(_ driver: any TimerDriver) { self.driver = driver }
+    /// The same driver when it keeps continuous and wall deadlines itself (and the scheduler's
+    /// clock is the kernel's).
+    let ownClock: (any OwnClockTimerDriver)?
+    init(_ driver: any TimerDriver, ownClock: (any OwnClockTimerDriver)?) {
+        self.driver = driver
+        self.ownClock = ownClock
+    }
 }

@@ -12,7 +12,8 @@ also runs with 0 and 10,000 fires of one repeating timer on ManualBackend: the i
 fire of the Manual fire path. With one for "epoll", "libevent" or "dispatch", `store-profile loop-fires
 BACKEND` runs with 0 and 2,000 fires of a repeating timer on that backend's loop thread: the
 user-space instructions of a wake-up, its fire and its re-arm (valgrind knows neither
-epoll_pwait2 nor io_uring, so the timerfd mode stands for the epoll loop's share). With a
+epoll_pwait2 nor io_uring, so the timerfd mode stands for the epoll loop's share); with one for
+"display", the frames of a display link on a 1,000 Hz `DisplaySource`. With a
 "statistics" budget, `store-profile fires` also runs with 0 and 10,000 fires with the scheduler
 recording no statistics: the difference per fire from the Manual fire path is what recording
 the statistics costs (a timing of the same, `statistics-cost`, moves by 5-15 ns with where a

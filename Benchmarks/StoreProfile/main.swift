@@ -7,7 +7,7 @@
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
 //     store-profile fires FIRES [nostats]
-//     store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop FIRES
+//     store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop|display FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
@@ -16,7 +16,8 @@
 // `loop-fires` makes FIRES fires of a repeating 1 ms timer (tolerance 0) on a real backend's
 // loop thread: the user-space instructions of a wake-up, its fire and the re-arm (run with 0
 // and subtract; a millisecond apart, each fire is a wake-up of its own even under valgrind,
-// which knows neither epoll_pwait2 nor io_uring, and under which a run loop spins).
+// which knows neither epoll_pwait2 nor io_uring, and under which a run loop spins). `display` is
+// a display link's frames on a 1,000 Hz `DisplaySource` instead.
 import Foundation
 @_spi(BackendImplementation) import TimerKit
 import TimerKitEpoll
@@ -121,6 +122,7 @@ func firePath(_ clock: ManualBackend, fires: Int) {
 
 /// FIRES fires of a repeating 1 ms timer on a real backend's loop.
 func loopFireWorkload(backend name: String, fires: Int) throws {
+    if name == "display" { return try displayFrameWorkload(frames: fires) }
     let backend: any TimerBackend =
         switch name {
         case "epoll": try EpollBackend(registry: TimerRegistry())
@@ -137,6 +139,17 @@ func loopFireWorkload(backend name: String, fires: Int) throws {
     if fires > 0 { done.wait() }
 }
 
+/// FRAMES frames of a display link on a 1,000 Hz source.
+func displayFrameWorkload(frames: Int) throws {
+    let source = try DisplaySource(refreshRate: 1000, priority: .normal, registry: TimerRegistry())
+    defer { source.shutdown() }
+    let done = DispatchSemaphore(value: 0)
+    let count = Counter(limit: frames)
+    let link = try source.addLink { _ in if count.increment() { done.signal() } }
+    if frames > 0 { done.wait() }
+    link.invalidate()
+}
+
 /// Counts fires on the loop thread; says when the limit is reached.
 final class Counter: @unchecked Sendable {
     // @unchecked: only the backend's loop thread touches `count` (one timer, one loop).
@@ -150,7 +163,7 @@ final class Counter: @unchecked Sendable {
 }
 
 if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "loop-fires",
-    ["epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop"].contains(CommandLine.arguments[2]),
+    ["epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop", "display"].contains(CommandLine.arguments[2]),
     let fires = Int(CommandLine.arguments[3]), fires >= 0
 {
     do {
@@ -184,7 +197,7 @@ else {
     let usage = """
         usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), \
         or store-profile fires FIRES, \
-        or store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop FIRES
+        or store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop|display FIRES
 
         """
     FileHandle.standardError.write(Data(usage.utf8))

@@ -137,7 +137,7 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
             throw error
         }
         (obtainedPriority, threadID) = started.receive() ?? (ObtainedPriority(priority: .normal, fallbackReason: nil), 0)
-        scheduler.attach(self)
+        scheduler.attach(owning: vsync)
     }
 
     deinit { shutdown() }
@@ -234,20 +234,11 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension DisplaySource: TimerDriver {
-    /// Arms the timerfd for exactly `deadline`: links' deadlines are on the vsync grid, so the
-    /// thread wakes for the frames links take and for no other; a plain timer's deadline is kept
-    /// as it is. `.distantFuture` (nothing running) disarms it. From the vsync thread the request
-    /// is recorded and applied as the thread goes back to sleep (once, and not at all when the
-    /// repeating timerfd already expires there); from another thread it is armed at once.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try vsync.request(deadline == .distantFuture ? .max : deadline.nanoseconds)
-    }
-}
-
 /// The vsync thread's timerfd and what the kernel will do with it. Kept apart from the source
-/// so that the vsync thread never holds the source.
-private final class VsyncTimer: @unchecked Sendable {
+/// so that the vsync thread never holds the source, and the scheduler owns it as its driver
+/// (`attach(owning:)`): it holds neither the source nor the scheduler, so that makes no cycle,
+/// and a wake-up request borrows it where a weakly held driver costs the runtime's slow path.
+private final class VsyncTimer: TimerDriver, @unchecked Sendable {
     // @unchecked: `fd` never changes; the other stored properties are guarded by `lock`;
     // `counts` and `loopThread` guard themselves.
     let fd: Int32
@@ -264,7 +255,16 @@ private final class VsyncTimer: @unchecked Sendable {
 
     init(fd: Int32) { self.fd = fd }
 
-    func request(_ key: UInt64) throws(TimerError) {
+    /// Arms the timerfd for exactly `deadline`: links' deadlines are on the vsync grid, so the
+    /// thread wakes for the frames links take and for no other; a plain timer's deadline is kept
+    /// as it is. `.distantFuture` (nothing running) disarms it. From the vsync thread the request
+    /// is recorded and applied as the thread goes back to sleep (once, and not at all when the
+    /// repeating timerfd already expires there); from another thread it is armed at once.
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        try request(deadline == .distantFuture ? .max : deadline.nanoseconds)
+    }
+
+    private func request(_ key: UInt64) throws(TimerError) {
         lock.lock()
         defer { lock.unlock() }
         requested = key

@@ -121,8 +121,14 @@ api-check: setup
 # process running both ways created about 20,000 threads (a thread per check and per harness loop)
 # and ThreadSanitizer's runtime crashed in its own tracing at thread 19,964 in a CI run.
 KEYED_CONTRACT := 'ConformanceTests/contractThroughKeys'
-TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=10
-ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp TIMERKIT_WATCHDOG_SCALE=4
+# Swift Testing starts every test case at once unless told a width: under ThreadSanitizer on two
+# busy cores, some 730 cases in flight (a thread each, and their backends' loop threads) starved
+# the epoll, epoll_pwait2 and io_uring wake-up tests' loops (0 wake-ups in 100 s) and stalled the
+# task-timer checks for their 900 s watchdogs, in a CI run and beside CPU-spinning processes here.
+# The sanitized runs take SANITIZER_WIDTH cases at a time.
+SANITIZER_WIDTH ?= 8
+TSAN_ENV := TSAN_OPTIONS=suppressions=$(CURDIR)/.ci/tsan.supp TIMERKIT_WATCHDOG_SCALE=10 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(SANITIZER_WIDTH)
+ASAN_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/.ci/lsan.supp TIMERKIT_WATCHDOG_SCALE=4 SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(SANITIZER_WIDTH)
 
 tsan: setup
 	$(TSAN_ENV) $(SWIFT) test --sanitize=thread $(TRAITS) --scratch-path .build-tsan --skip $(TRAIT_TESTS) --skip $(KEYED_CONTRACT)

@@ -112,11 +112,11 @@ api-check: setup
 
 # The whole suite, both traits on, under ThreadSanitizer, then AddressSanitizer, each in its own
 # build folder (the traits' test targets in a process of their own, as in `make test`). Sanitized
-# runs are several times slower, and every test starts at once: the watchdogs (30 s, for a hang)
-# wait 4 times as long there, so a busy machine's queue is not taken for one. Under ThreadSanitizer the suite's blocking tests can hold both threads of the
-# cooperative pool for a minute or more while async tests wait their turn (seen: a 97 s run, and
-# watchdogs at 120 s in a fresh-clone CI run): its watchdogs wait 10 times as long, still
-# minutes, not CI's cut-off.
+# runs are several times slower: the watchdogs (30 s, for a hang) wait 4 times as long there, so a
+# busy machine's queue is not taken for one. Under ThreadSanitizer the suite's blocking tests can
+# hold both threads of the cooperative pool for a minute or more while async tests wait their
+# turn (seen: a 97 s run, and watchdogs at 120 s in a fresh-clone CI run): its watchdogs wait 10
+# times as long, still minutes, not CI's cut-off.
 # The library's contract run through keys goes in a process of its own under the sanitizers: one
 # process running both ways created about 20,000 threads (a thread per check and per harness loop)
 # and ThreadSanitizer's runtime crashed in its own tracing at thread 19,964 in a CI run.

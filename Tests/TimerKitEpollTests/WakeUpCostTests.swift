@@ -14,7 +14,7 @@ struct WakeUpCostTests {
     /// earliest deadline, then once more at the end, and read the timerfd besides. A group
     /// every millisecond: a loop slowed by ThreadSanitizer on a loaded machine still sleeps
     /// between groups (with a group every 300 µs it found the next one due each time, and
-    /// waited 27 times in 10 s).
+    /// waited 27 times in the 100 s a sanitized run waits).
     static func measure(_ backend: EpollBackend) throws -> (waits: Int, rearms: Int, reads: Int) {
         let start = backend.now() + .milliseconds(20)
         for group in 0..<20 {

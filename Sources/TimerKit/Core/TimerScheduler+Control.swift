@@ -89,21 +89,65 @@ extension TimerScheduler {
 
     func cancel(_ handle: TimerHandle, because cause: EndCause) {
         // Explicit lock and unlock, not `locked`: the cancel path allocates nothing.
-        var after = AfterUnlock()
         mutex.lock()
-        if recordLocked(handle) != nil { endInlineLocked(handle.slot, .cancelled, because: cause, into: &after) }
+        guard let record = recordLocked(handle) else {
+            // Nothing changed: nothing to settle.
+            mutex.unlock()
+            return
+        }
+        var after = AfterUnlock()
+        guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind == 0,
+            let owner = record.pointee.owner.take()
+        else {
+            endInlineLocked(handle.slot, .cancelled, because: cause, into: &after)
+            settleLocked(&after)
+            mutex.unlock()
+            after.run()
+            return
+        }
+        // A plain timer (no name, observer, target, task or count; no call running) ends here
+        // in full, as `endInlineLocked` would end it, without the tests for what it does not
+        // have: the record's reference to the handle moves out (no retain), and the handler
+        // is let go of after unlocking.
+        markEndedLocked(handle.slot, record, .cancelled, because: cause, &after)
+        handle.endFacts = EndFacts(fires: record.pointee.fires, state: .cancelled, cause: cause, hasCustomName: false)
+        store.free(handle.slot)
         settleLocked(&after)
         mutex.unlock()
         after.run()
+        unsafeDowncast(owner, to: TimerHandle.self).letGoOfHandler()
     }
 
     func cancel(_ key: TimerKey) {
-        var after = AfterUnlock()
         mutex.lock()
-        if (try? recordLocked(key)) ?? nil != nil { endInlineLocked(key.slot, .cancelled, because: .cancelled, into: &after) }
+        guard let record = (try? recordLocked(key)) ?? nil else {
+            // Nothing changed: nothing to settle.
+            mutex.unlock()
+            return
+        }
+        var after = AfterUnlock()
+        guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind != 0,
+            let callback = record.pointee.owner.take()
+        else {
+            endInlineLocked(key.slot, .cancelled, because: .cancelled, into: &after)
+            settleLocked(&after)
+            mutex.unlock()
+            after.run()
+            return
+        }
+        // A plain timer with a callback (no name, observer, task, count or handle; no call
+        // running) — what a server keeps by the million — ends here in full, as
+        // `endInlineLocked` would end it, without the tests and the carrier's slot for what
+        // it does not have: the record's reference to the callback moves out (no retain),
+        // and the callback hears the end, and is let go of, after unlocking.
+        markEndedLocked(key.slot, record, .cancelled, because: .cancelled, &after)
+        let kind = record.pointee.callbackKind
+        let fires = record.pointee.fires
+        store.free(key.slot)
         settleLocked(&after)
         mutex.unlock()
         after.run()
+        callbackKinds.ended(callback, kind: kind, key, reason: .cancelled, fires: fires)
     }
 
     /// The debouncer or throttler that `timer` belongs to, and whether the timer is live; a

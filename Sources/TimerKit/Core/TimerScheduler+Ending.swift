@@ -23,12 +23,7 @@ extension TimerScheduler {
     func endInlineLocked(_ slot: UInt32, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
         let record = store[slot]
         guard !record.pointee.state.hasEnded else { return }
-        record.pointee.state = state
-        record.pointee.endCause = cause
-        if cause != .completed && cause != .shutDown { stats.cancels += 1 }
-        retireLocked(slot, &after)
-        store.live -= 1
-        registry.discharge()
+        markEndedLocked(slot, record, state, because: cause, &after)
         let extras = record.pointee.extras
         if let name = extras?.name { registry.release(name, scheduler: self, slot: slot) }
         if record.pointee.callbackKind == 0, let handle = record.pointee.owner {
@@ -51,6 +46,21 @@ extension TimerScheduler {
             }
         }
         freeIfIdleLocked(slot, &after)
+    }
+
+    /// The first steps of every end: the live timer in `slot` (`record`) takes its final state
+    /// and cause, its queue entry dies, and it stops counting as live.
+    @inline(__always)
+    func markEndedLocked(
+        _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, _ state: TimerState, because cause: EndCause,
+        _ after: inout AfterUnlock
+    ) {
+        record.pointee.state = state
+        record.pointee.endCause = cause
+        if cause != .completed && cause != .shutDown { stats.cancels += 1 }
+        retireLocked(slot, &after)
+        store.live -= 1
+        registry.discharge()
     }
 
     /// Gives the slot of an ended timer back once nothing of it runs any more (no call, no

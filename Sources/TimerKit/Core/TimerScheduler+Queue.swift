@@ -55,15 +55,20 @@ extension TimerScheduler {
                 runsTasks: runsTasks, helper: helper)
         }
         var handle: TimerHandle?
+        // The closure captures the scheduler unretained: a captured reference would be
+        // retained for the closure's context and released after the call.
+        let unretainedSelf = Unmanaged.passUnretained(self)
         try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { slot, generation throws(TimerError) in
-            let made = TimerHandle(scheduler: self, slot: slot, generation: generation, handler: handler)
-            handle = made
-            guard handlesAsKeyedTimers else { return (.passRetained(made), 0) }
-            let kind = try callbackKinds.kindLocked(of: HandleCallback.self)
-            let extras = store[slot].pointee.extras ?? TimerExtras()
-            extras.handle = made
-            store[slot].pointee.extras = extras
-            return (.passRetained(HandleCallback(made)), kind)
+            try unretainedSelf.withBorrowed { scheduler throws(TimerError) in
+                let made = TimerHandle(scheduler: scheduler, slot: slot, generation: generation, handler: handler)
+                handle = made
+                guard scheduler.handlesAsKeyedTimers else { return (.passRetained(made), 0) }
+                let kind = try scheduler.callbackKinds.kindLocked(of: HandleCallback.self)
+                let extras = scheduler.store[slot].pointee.extras ?? TimerExtras()
+                extras.handle = made
+                scheduler.store[slot].pointee.extras = extras
+                return (.passRetained(HandleCallback(made)), kind)
+            }
         }
         // `add` returned: it made the handle.
         guard let handle else { throw .backendShutDown(backend: backendName) }
@@ -104,8 +109,11 @@ extension TimerScheduler {
         let resolved = try resolve(schedule, name: name, tolerance: tolerance)
         var options: TimerOptions?
         if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
+        // The closure captures the callback unretained: a captured reference would be retained
+        // for the closure's context and released after the call (two calls to the runtime).
+        let unretained = Unmanaged.passUnretained(callback)
         let (slot, generation) = try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { _, _ in
-            (.passRetained(callback), kind)
+            (unretained.retain(), kind)
         }
         return TimerKey(slot: slot, generation: generation, scheduler: serial)
     }

@@ -230,28 +230,44 @@ extension TimerScheduler {
 
     func reschedule(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
         let resolved = try resolveNow(schedule)
-        var after = AfterUnlock()
         mutex.lock()
-        let watch: Bool
-        do throws(TimerError) {
-            guard let record = recordLocked(handle) else { throw endedErrorLocked(handle) }
-            watch = try rescheduleLocked(record, handle.slot, resolved, calendar: schedule.calendarRule, &after)
-        } catch {
-            unlock(running: consume after)
-            throw error
+        let record = recordLocked(handle)
+        if let record, !isShutDown, movedLaterInPlaceLocked(record, resolved, calendar: schedule.calendarRule) {
+            // Moved later where it waits (an idle timeout moved on): the section owes nothing.
+            mutex.unlock()
+            return
         }
-        unlock(running: consume after)
-        if watch { ClockWatcher.shared.watch(self) }
+        try rescheduleInFullAndUnlock(record, handle.slot, resolved, calendar: schedule.calendarRule, endedError: endedErrorLocked(handle))
     }
 
     func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
         let resolved = try resolveNow(schedule)
-        var after = AfterUnlock()
         mutex.lock()
+        let record: UnsafeMutablePointer<TimerRecord>?
+        do throws(TimerError) { record = try recordLocked(key) } catch {
+            mutex.unlock()
+            throw error
+        }
+        if let record, !isShutDown, movedLaterInPlaceLocked(record, resolved, calendar: schedule.calendarRule) {
+            mutex.unlock()
+            return
+        }
+        try rescheduleInFullAndUnlock(record, key.slot, resolved, calendar: schedule.calendarRule, endedError: endedErrorLocked(key))
+    }
+
+    /// The rest of a reschedule that `movedLaterInPlaceLocked` did not do, entered with the lock
+    /// held (`record`: the timer's, nil once it has ended); unlocks, and tells the clock watcher
+    /// of this scheduler if it must.
+    private func rescheduleInFullAndUnlock(
+        _ record: UnsafeMutablePointer<TimerRecord>?, _ slot: UInt32, _ resolved: TimerSchedule.Resolved,
+        calendar calendarRule: CalendarRule?, endedError: @autoclosure () -> TimerError
+    ) throws(TimerError) {
+        var after = AfterUnlock()
         let watch: Bool
         do throws(TimerError) {
-            guard let record = try recordLocked(key) else { throw endedErrorLocked(key) }
-            watch = try rescheduleLocked(record, key.slot, resolved, calendar: schedule.calendarRule, &after)
+            guard record != nil else { throw endedError() }
+            if isShutDown { throw shutDownErrorLocked() }
+            watch = try rescheduleInFullLocked(slot, resolved, calendar: calendarRule, &after)
         } catch {
             unlock(running: consume after)
             throw error
@@ -260,20 +276,9 @@ extension TimerScheduler {
         if watch { ClockWatcher.shared.watch(self) }
     }
 
-    /// Gives the timer in `slot`, whose record is `record`, the schedule `resolved` (resolved
-    /// before locking: reading the clock needs no lock); returns whether the clock watcher must
-    /// be told of this scheduler now. The common case (`movedLaterInPlaceLocked`) is inlined
-    /// into the caller; the rest is out of line.
-    @inline(__always)
-    private func rescheduleLocked(
-        _ record: UnsafeMutablePointer<TimerRecord>, _ slot: UInt32, _ resolved: TimerSchedule.Resolved,
-        calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock
-    ) throws(TimerError) -> Bool {
-        if isShutDown { throw shutDownErrorLocked() }
-        if movedLaterInPlaceLocked(record, resolved, calendar: calendarRule) { return false }
-        return try rescheduleInFullLocked(slot, resolved, calendar: calendarRule, &after)
-    }
-
+    /// Gives the timer in `slot` the schedule `resolved` (resolved before locking: reading the
+    /// clock needs no lock); returns whether the clock watcher must be told of this scheduler
+    /// now. Out of line: the common case (`movedLaterInPlaceLocked`) never calls it.
     @inline(never)
     private func rescheduleInFullLocked(
         _ slot: UInt32, _ resolved: TimerSchedule.Resolved, calendar calendarRule: CalendarRule?, _ after: inout AfterUnlock

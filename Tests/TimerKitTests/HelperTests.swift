@@ -609,6 +609,25 @@ struct HelperTests {
         two.shutdown()
         #expect(registry.count == 2)
     }
+
+    /// Timers scheduled while the registry has no cap count against one set later: the count
+    /// is kept whether or not a cap is set.
+    @Test func aRegistrysCapCountsTimersScheduledBeforeItWasSet() throws {
+        let registry = TimerRegistry()
+        let clock = ManualBackend(registry: registry)
+        defer { clock.shutdown() }
+        let first = try clock.schedule(.after(.seconds(1))) { _ in }
+        try clock.schedule(.after(.seconds(1)), calling: QuietCallback())
+        try registry.limitLiveTimers(to: 2)
+        #expect(throws: TimerError.liveTimerLimit(scope: "registry", limit: 2)) { try clock.schedule(.after(.seconds(1))) { _ in } }
+        first.cancel()
+        try clock.schedule(.after(.seconds(1))) { _ in }
+        try registry.limitLiveTimers(to: nil)
+        try clock.schedule(.after(.seconds(1))) { _ in }
+        try registry.limitLiveTimers(to: 3)
+        #expect(throws: TimerError.liveTimerLimit(scope: "registry", limit: 3)) { try clock.schedule(.after(.seconds(1))) { _ in } }
+        #expect(registry.refusedByLiveTimerLimit == 2)
+    }
 }
 
 extension HelperTests {
@@ -759,4 +778,9 @@ extension HelperTests {
         #expect(ran.current.sorted() == ["abc", "scroll abc"])
         #expect(clock.registry.count == 0)
     }
+}
+
+/// A callback that does nothing, for timers scheduled with a key.
+private final class QuietCallback: TimerCallback {
+    func timerFired(_ fire: TimerFire) {}
 }

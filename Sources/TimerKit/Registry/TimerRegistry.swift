@@ -94,8 +94,18 @@ public final class TimerRegistry: @unchecked Sendable {
 
     /// Counts a new timer against the registry-wide cap.
     /// - Throws: `TimerError.liveTimerLimit` once the cap is reached.
+    @inline(__always)
     func admit() throws(TimerError) {
         let limit = maxLive.load(ordering: .relaxed)
+        // No cap (the default): one atomic add, where a compare-and-swap loop checks a cap.
+        if limit == .max {
+            liveCount.wrappingAdd(1, ordering: .relaxed)
+            return
+        }
+        try admit(under: limit)
+    }
+
+    private func admit(under limit: Int) throws(TimerError) {
         var current = liveCount.load(ordering: .relaxed)
         while true {
             if current >= limit {

@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 import TimerKitTestSupport
 
@@ -19,7 +20,7 @@ struct TimerQueueTests {
         var expected: [(UInt64, UInt64)] = []
         for sequence in 1...5000 as ClosedRange<UInt64> {
             let key = UInt64(rng.next() % 300)  // many equal keys: the sequence must order them
-            queue.insert(UInt32(Int(sequence)), key: key, sequence: sequence)
+            _ = queue.insert(UInt32(Int(sequence)), key: key, sequence: sequence)
             expected.append((key, sequence))
             if sequence % 500 == 0 { queue.checkInvariants() }
         }
@@ -37,7 +38,7 @@ struct TimerQueueTests {
         var rng = SplitMix(seed: 13)
         var queue = TimerQueue()
         let total = 3 * TimerQueue.chunkSize + 5
-        for sequence in 1...UInt64(total) { queue.insert(UInt32(Int(sequence)), key: rng.next() % 10_000, sequence: sequence) }
+        for sequence in 1...UInt64(total) { _ = queue.insert(UInt32(Int(sequence)), key: rng.next() % 10_000, sequence: sequence) }
         let chunksFull = queue.chunkCount
         #expect(chunksFull == 4)
         queue.checkInvariants()
@@ -57,7 +58,7 @@ struct TimerQueueTests {
         let chunksEmpty = queue.chunkCount
         #expect(chunksEmpty <= 2)
         // And the queue grows again after shrinking.
-        for sequence in 1...UInt64(2 * TimerQueue.chunkSize) { queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
+        for sequence in 1...UInt64(2 * TimerQueue.chunkSize) { _ = queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
         queue.checkInvariants()
         #expect(drain(&queue).map(\.id) == Array(1...2 * TimerQueue.chunkSize))
     }
@@ -68,11 +69,11 @@ struct TimerQueueTests {
     @Test func growingNeverMovesTheEntries() {
         var queue = TimerQueue()
         // Rising keys: nothing sifts, so entry 0 and the last of the first chunk stay theirs.
-        for sequence in 1...UInt64(TimerQueue.chunkSize) { queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
+        for sequence in 1...UInt64(TimerQueue.chunkSize) { _ = queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
         let first = queue.address(of: 0)
         let lastOfFirstChunk = queue.address(of: TimerQueue.chunkSize - 1)
         for sequence in UInt64(TimerQueue.chunkSize + 1)...UInt64(9 * TimerQueue.chunkSize) {
-            queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence)
+            _ = queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence)
         }
         let chunks = queue.chunkCount
         #expect(chunks == 9)  // past the table's first capacity of 4, so the table grew twice
@@ -82,9 +83,25 @@ struct TimerQueueTests {
         _ = drain(&queue)
     }
 
+    /// A chunk is mapped from the kernel, not taken from malloc: glibc's malloc, asked for a
+    /// block that size or given one back, first merges every small block the process has freed
+    /// since it last did, which held the scheduler's lock for 11-31 ms in a process that had
+    /// freed some hundred thousand. Mapped memory starts on a page; a malloc block starts after
+    /// malloc's header.
+    @Test func chunksAreMappedFromTheKernel() {
+        var queue = TimerQueue()
+        for sequence in 1...UInt64(3 * TimerQueue.chunkSize) { _ = queue.insert(UInt32(Int(sequence)), key: sequence, sequence: sequence) }
+        let page = sysconf(Int32(_SC_PAGESIZE))
+        for chunk in 0..<3 {
+            let start = queue.address(of: chunk * TimerQueue.chunkSize).map { Int(bitPattern: $0) }
+            #expect(start.map { $0 % page == 0 } == true, "chunk \(chunk) starts at \(String(describing: start))")
+        }
+        _ = drain(&queue)
+    }
+
     @Test func aRefiledTopSinksToItsNewPlace() {
         var queue = TimerQueue()
-        for id in 1...10 { queue.insert(UInt32(id), key: UInt64(id) * 10, sequence: UInt64(id)) }
+        for id in 1...10 { _ = queue.insert(UInt32(id), key: UInt64(id) * 10, sequence: UInt64(id)) }
         queue.refileTop(key: 55, sequence: 11)  // item 1 moves from 10 to 55
         queue.checkInvariants()
         #expect(drain(&queue).map(\.id) == [2, 3, 4, 5, 1, 6, 7, 8, 9, 10])
@@ -93,7 +110,7 @@ struct TimerQueueTests {
     @Test func aSweepRemovesOnlyDeadEntriesAndKeepsTheOrder() {
         var rng = SplitMix(seed: 11)
         var queue = TimerQueue()
-        for id in 0..<2000 { queue.insert(UInt32(id), key: rng.next() % 1_000_000, sequence: UInt64(id + 1)) }
+        for id in 0..<2000 { _ = queue.insert(UInt32(id), key: rng.next() % 1_000_000, sequence: UInt64(id + 1)) }
         let isDead: (TimerQueue.Entry) -> Bool = { $0.slot % 3 != 0 }
         var found = 0
         // Bounded work per call: the budget and the limit both hold.

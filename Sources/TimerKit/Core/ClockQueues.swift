@@ -31,15 +31,17 @@ struct ClockQueue: ~Copyable {
     /// Files a new entry. Where a fire left the earliest entry dead (`entryLeftDeadAtTop`) and
     /// it still is, the new one takes its place: a repeat's next tick, queued when its call
     /// returns, re-files its entry in place.
+    /// Returns false, changing nothing, when the queue needs memory and gets none.
     @inline(__always)
-    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) {
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) -> Bool {
         if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
             heap.replaceTop(slot, key: key, sequence: sequence)
             dead -= 1
-        } else {
-            heap.insert(slot, key: key, sequence: sequence)
+        } else if !heap.insert(slot, key: key, sequence: sequence) {
+            return false
         }
         firedTopMayBeDead = false
+        return true
     }
 
     /// The entry `sequence` no longer stands for its timer (whose `entrySequence` the caller

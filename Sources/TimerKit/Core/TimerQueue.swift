@@ -1,3 +1,5 @@
+import Glibc
+
 /// The deadline order of a scheduler's timers: a 4-ary min-heap of entries that carry their
 /// own key (latest permitted fire time, then a sequence number, so equal deadlines keep the
 /// order they were queued in), so that sifting compares and moves entries without reading or
@@ -13,7 +15,11 @@
 /// The entries live in chunks of 4,096 that never move: growing adds a chunk (and now and then
 /// copies the small table of chunk addresses), so no insert copies the queue to a bigger
 /// buffer under the scheduler's lock (a million entries are 24 MB: several ms to copy), and a
-/// queue that empties gives its chunks back but one.
+/// queue that empties gives its chunks back but one. A chunk (96 KB) is mapped from the
+/// kernel, not taken from malloc: glibc's malloc, asked for a block that size or given one
+/// back, first merges every small block the process has freed since it last did (its
+/// fastbins), which took 11-31 ms, under the scheduler's lock, in a process whose other code
+/// had freed some hundred thousand small blocks.
 ///
 /// Plain data, with no lock and no thread of its own: tests drive it directly. An entry names
 /// its timer by slot number (`TimerStore`), so filing, moving and dropping entries touches no
@@ -47,8 +53,21 @@ struct TimerQueue: ~Copyable {
     }
 
     deinit {
-        for index in 0..<chunkCount { chunks[index].deallocate() }
+        for index in 0..<chunkCount { Self.unmap(chunks[index]) }
         chunks.deallocate()
+    }
+
+    private static var chunkBytes: Int { chunkSize * MemoryLayout<Entry>.stride }
+
+    /// A chunk's memory, zeroed, from the kernel; nil when none can be had (`errno` says why).
+    private static func mapChunk() -> UnsafeMutablePointer<Entry>? {
+        let memory = mmap(nil, chunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        guard let memory, memory != MAP_FAILED else { return nil }
+        return memory.bindMemory(to: Entry.self, capacity: chunkSize)
+    }
+
+    private static func unmap(_ chunk: UnsafeMutablePointer<Entry>) {
+        munmap(UnsafeMutableRawPointer(chunk), chunkBytes)
     }
 
     var isEmpty: Bool { count == 0 }
@@ -62,14 +81,18 @@ struct TimerQueue: ~Copyable {
         chunks[index &>> Self.chunkShift] + (index & Self.chunkMask)
     }
 
-    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) {
-        if count == chunkCount &<< Self.chunkShift { addChunk() }
+    /// Files a new entry. Returns false, changing nothing, when the queue needs a chunk and the
+    /// kernel has no memory for it (`errno` says why).
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) -> Bool {
+        if count == chunkCount &<< Self.chunkShift, !addChunk() { return false }
         entry(count).initialize(to: Entry(key: key, sequence: sequence, slot: slot))
         count += 1
         siftUp(from: count - 1)
+        return true
     }
 
-    private mutating func addChunk() {
+    private mutating func addChunk() -> Bool {
+        guard let chunk = Self.mapChunk() else { return false }
         if chunkCount == tableCapacity {
             let larger = UnsafeMutablePointer<UnsafeMutablePointer<Entry>>.allocate(capacity: tableCapacity * 2)
             larger.moveInitialize(from: chunks, count: chunkCount)
@@ -77,8 +100,9 @@ struct TimerQueue: ~Copyable {
             chunks = larger
             tableCapacity *= 2
         }
-        chunks[chunkCount] = .allocate(capacity: Self.chunkSize)
+        chunks[chunkCount] = chunk
         chunkCount += 1
+        return true
     }
 
     /// Takes the last entry out, and frees the last chunk once two stand empty (one spare, so
@@ -88,7 +112,7 @@ struct TimerQueue: ~Copyable {
         let last = entry(count).move()
         if chunkCount > (count &>> Self.chunkShift) + 2 {
             chunkCount -= 1
-            chunks[chunkCount].deallocate()
+            Self.unmap(chunks[chunkCount])
         }
         return last
     }

@@ -240,7 +240,8 @@ extension TimerScheduler {
     /// a live entry in that queue (a reschedule on the same clock): a later key then leaves that
     /// entry where it is, to be re-filed when it reaches the top (an idle timeout moved on every
     /// read costs no sift). An earlier key gives it a new entry and the old one dies. If the
-    /// driver refuses, the timer is left unqueued and the error is rethrown.
+    /// driver refuses, or the queue gets no memory for a new chunk, the timer is left unqueued
+    /// and the error is rethrown.
     func queueLocked(_ slot: UInt32, previousKey: UInt64? = nil, _ after: inout AfterUnlock) throws(TimerError) {
         let record = store[slot]
         let key = RepeatRule.latestFireTime(record.pointee)
@@ -256,7 +257,11 @@ extension TimerScheduler {
             // The offsets may be old: none was read while no timer waited on this clock.
             refreshOffsetsLocked()
         }
-        queues.with(clock) { $0.insert(slot, key: key, sequence: nextSequence, in: store) }
+        let sequence = nextSequence
+        guard queues.with(clock, { $0.insert(slot, key: key, sequence: sequence, in: store) }) else {
+            // Out of memory for the queue: the timer is left unqueued, as a refused wake-up leaves it.
+            throw .systemCall(call: "mmap", errno: errno)
+        }
         record.pointee.entrySequence = nextSequence
         // The earliest wake-up, not only this timer's: after a refused wake-up the driver may be
         // armed later than an entry already queued (then it wakes once more than needed).

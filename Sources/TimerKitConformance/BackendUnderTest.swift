@@ -127,11 +127,12 @@ public struct BackendUnderTest: Sendable, CustomStringConvertible, CustomTestStr
     /// Makes the backend with a registry of its own, under a watchdog that runs until
     /// `Harness.shutdown()`.
     ///
-    /// 90 s: a check's own steps run on a thread of its own, but the tasks a backend without an
-    /// executor of its own starts (`scheduleAsync` on Dispatch) run on the cooperative pool,
-    /// which a test suite's blocking tests can hold until they are done. With two spinning
-    /// processes beside the suite (`test-under-load`), such a check waited past 30 s in 6 runs
-    /// of 10 while the whole suite took 24–34 s; a hang still fails within minutes.
+    /// 90 s: a check's own steps run on a thread of its own, and so do the tasks its timers
+    /// start (`scheduleAsync(executorPreference: h.taskExecutor)`): a test suite's blocking
+    /// tests can hold the global executor's threads until they are done. Before the checks'
+    /// tasks left it, a check waited past 30 s there in 6 runs of 10 with two spinning processes
+    /// beside the suite (`test-under-load`), and past 90 s in 1 run of 40. A hang still fails
+    /// within minutes.
     package func makeHarness(watchdogSeconds: Double = 90) throws -> Harness {
         let what = ConformanceCheck.running ?? Test.current.map { "\($0.name) [\(name)]" }
         let watchdog = Watchdog(what, seconds: watchdogSeconds)

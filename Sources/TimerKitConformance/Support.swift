@@ -259,8 +259,12 @@ package final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
     private var jobs: [UnownedJob] = []
     private var hasThread = false
     private var isStopped = false
+    private var thread: pthread_t?
 
     package init() {}
+
+    /// Whether the caller runs on this executor's thread.
+    package var isCurrent: Bool { mutex.withLock { thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false } }
 
     package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
@@ -287,6 +291,7 @@ package final class ThreadTaskExecutor: TaskExecutor, @unchecked Sendable {
 
     private func run() {
         mutex.lock()
+        thread = pthread_self()
         while true {
             if jobs.isEmpty {
                 if isStopped { break }

@@ -27,3 +27,23 @@ struct TaskTimerOrderTests {
         }
     }
 }
+
+/// Where a task timer's tasks start when the caller names no executor. (The conformance checks
+/// give theirs a thread of their own, so this is the one test of the default on real time.)
+@Suite("Task timers: the default executor")
+struct TaskTimerDefaultExecutorTests {
+    @Test func withNoPreferenceTheTasksHaveNoneAndRunToTheirEnd() async throws {
+        // 90 s: the global executor's threads are shared with the suite's blocking tests.
+        try await withWatchdog(seconds: 90) {
+            let backend = DispatchBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let preferences = Locked<[Bool]>([])
+            let timer = try backend.scheduleAsync(.every(.milliseconds(2), count: 2)) { _ in
+                let hasPreference = withUnsafeCurrentTask { $0?.unownedTaskExecutor != nil }
+                preferences.withLock { $0.append(hasPreference) }
+            }
+            #expect(try await timer.ended == .completed)
+            #expect(preferences.current == [false, false])
+        }
+    }
+}

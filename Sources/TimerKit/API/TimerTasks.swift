@@ -16,11 +16,36 @@ extension TimerBackend {
     /// no more. `try await timer.ended` waits until the timer has ended and its task has returned.
     /// `shutdown()` does not wait for a running task.
     ///
-    /// On a `ManualBackend` the tasks run on its `taskExecutor`, so that a test's
-    /// `await advanceAndSettle(by:)` sees them finish.
+    /// The tasks start on the global executor; on a `ManualBackend` they run on its
+    /// `taskExecutor`, so that a test's `await advanceAndSettle(by:)` sees them finish.
+    /// ``scheduleAsync(_:name:tolerance:executorPreference:operation:)`` starts them on an
+    /// executor you choose.
     @discardableResult
     public func scheduleAsync(
         _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
+        operation: @escaping @Sendable @isolated(any) (Tick) async -> Void
+    ) throws(TimerError) -> TimerHandle {
+        try scheduleAsync(schedule, name: name, tolerance: tolerance, executorPreference: nil, operation: operation)
+    }
+
+    /// Schedules an `async` operation whose tasks start on `executorPreference`, as
+    /// `Task(executorPreference:)` would start them. Otherwise as
+    /// ``scheduleAsync(_:name:tolerance:operation:)``.
+    ///
+    /// ```swift
+    /// try backend.scheduleAsync(.every(.seconds(1)), executorPreference: backend.taskExecutor) { tick in
+    ///     await poll()   // on the backend's loop, between its handlers
+    /// }
+    /// ```
+    ///
+    /// Pass ``taskExecutor`` to run the tasks on the backend's loop, or an executor of your
+    /// own (an event loop's, a thread's) to keep them off the global executor, whose threads
+    /// other code may hold. An operation isolated to an actor still runs on that actor. nil
+    /// starts them where ``scheduleAsync(_:name:tolerance:operation:)`` does.
+    @discardableResult
+    public func scheduleAsync(
+        _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero,
+        executorPreference: (any TaskExecutor)?,
         operation: @escaping @Sendable @isolated(any) (Tick) async -> Void
     ) throws(TimerError) -> TimerHandle {
         let scheduler = self.scheduler
@@ -30,7 +55,8 @@ extension TimerBackend {
                 await operation(tick)
                 scheduler.taskReturned(tick.timer)
             }
-            let task = scheduler.taskExecutor.map { Task(executorPreference: $0, operation: run) } ?? Task(operation: run)
+            let executor = executorPreference ?? scheduler.taskExecutor
+            let task = executor.map { Task(executorPreference: $0, operation: run) } ?? Task(operation: run)
             scheduler.taskStarted(tick.timer, task)
         }
     }

@@ -98,6 +98,8 @@ extension Checks.Concurrency {
             "cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt", .concurrency, needs: [.concurrency],
             cancellingATaskTimerCancelsItsRunningTaskAndEndedWaitsForIt),
         .init(
+            "aTaskTimersTasksRunOnTheExecutorTheyPrefer", .concurrency, needs: [.concurrency], aTaskTimersTasksRunOnTheExecutorTheyPrefer),
+        .init(
             "endedReturnsOnceATimerHasEndedAndItsHandlerReturned", .concurrency, needs: [.concurrency],
             endedReturnsOnceATimerHasEndedAndItsHandlerReturned),
         .init("aTimeoutAroundEndedReturnsWhenItRunsOut", .concurrency, needs: [.concurrency], aTimeoutAroundEndedReturnsWhenItRunsOut),

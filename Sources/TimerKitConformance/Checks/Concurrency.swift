@@ -258,7 +258,9 @@ extension Checks {
             let inFlight = Locked(0)
             let overlaps = Counter()
             let clock = h.backend.clock
-            let timer = try h.backend.scheduleAsync(.every(ms(5), count: 3), name: "task") { tick in
+            // The tasks run on the harness's thread: on the global executor, a test suite's
+            // blocking tests could hold them back past any watchdog (see `makeHarness`).
+            let timer = try h.backend.scheduleAsync(.every(ms(5), count: 3), name: "task", executorPreference: h.taskExecutor) { tick in
                 if inFlight.withLock({
                     $0 += 1
                     return $0
@@ -294,7 +296,7 @@ extension Checks {
             let sawCancellation = Locked(false)
             let returned = Locked(false)
             let clock = h.backend.clock
-            let timer = try h.backend.scheduleAsync(.every(ms(5))) { _ in
+            let timer = try h.backend.scheduleAsync(.every(ms(5)), executorPreference: h.taskExecutor) { _ in
                 started.increment()
                 do { try await clock.sleep(for: .seconds(3600)) } catch { sawCancellation.withLock { $0 = Task.isCancelled } }
                 returned.withLock { $0 = true }
@@ -358,7 +360,7 @@ extension Checks {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let ran = Locked(false)
-            let timer = try h.backend.scheduleAsync(.after(ms(2))) { @MainActor _ in
+            let timer = try h.backend.scheduleAsync(.after(ms(2)), executorPreference: h.taskExecutor) { @MainActor _ in
                 // The runtime's own check (it traps off the main actor's executor; under
                 // `swift test` on Linux that executor is not the main thread, so
                 // Thread.isMainThread cannot tell).
@@ -367,6 +369,35 @@ extension Checks {
             }
             #expect(try await h.drive { try await timer.ended } == .completed)
             #expect(ran.current)
+        }
+
+        static func aTaskTimersTasksRunOnTheExecutorTheyPrefer(_ kind: BackendUnderTest) async throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let backend = h.backend
+            let onLoop = Locked<[Bool]>([])
+            let timer = try backend.scheduleAsync(.every(ms(2), count: 2), executorPreference: backend.taskExecutor) { _ in
+                onLoop.withLock { $0.append(backend.scheduler.isOnLoop) }
+                try? await backend.clock.sleep(for: ms(1))  // and it resumes there
+                onLoop.withLock { $0.append(backend.scheduler.isOnLoop) }
+            }
+            #expect(try await h.drive { try await timer.ended } == .completed)
+            // On virtual time the loop is the test's own executor, which no thread owns.
+            #expect(onLoop.current == (kind.isRealTime ? [true, true, true, true] : [false, false, false, false]))
+
+            // An executor of the caller's: a thread (on virtual time, the test's executor is the
+            // one that time's steps settle).
+            guard kind.isRealTime else { return }
+            let ownThread = ThreadTaskExecutor()
+            defer { ownThread.stop() }
+            let onOwnThread = Locked<[Bool]>([])
+            let onThread = try backend.scheduleAsync(.after(ms(2)), executorPreference: ownThread) { _ in
+                onOwnThread.withLock { $0.append(ownThread.isCurrent) }
+                try? await backend.clock.sleep(for: ms(1))
+                onOwnThread.withLock { $0.append(ownThread.isCurrent) }
+            }
+            #expect(try await onThread.ended == .completed)
+            #expect(onOwnThread.current == [true, true])
         }
 
         // MARK: Tasks on the loop (taskExecutor)

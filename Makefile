@@ -17,7 +17,7 @@ BENCH_PKG   := --package-path Bench
 OUTSIDE     := --scratch-path .build-nio
 BENCH        = Bench/.build/release/timerkit-bench
 EXAMPLES    := IdleTimeoutServer Debounce FrameLoop TestingWithVirtualTime
-FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Package.swift Bench/Package.swift Benchmarks/Package.swift \
+FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Benchmarks/StatisticsCost Benchmarks/StoreProfile Benchmarks/StoreFigures Package.swift Bench/Package.swift Benchmarks/Package.swift \
 	$(foreach example,$(EXAMPLES),Examples/$(example)/Package.swift Examples/$(example)/Sources $(wildcard Examples/$(example)/Tests))
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitURing TimerKitConformance TimerKitNIO TimerKitObservability

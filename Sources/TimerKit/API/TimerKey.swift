@@ -85,8 +85,19 @@ extension TimerBackend {
         _ schedule: TimerSchedule, name: String? = nil, tolerance: Duration = .zero, missedTicks: MissedTickPolicy = .skip,
         calling callback: Callback
     ) throws(TimerError) -> TimerKey {
+        try self.schedule(schedule, name: name, tolerance: tolerance, missedTicks: missedTicks, calling: callback, of: Callback.self)
+    }
+
+    /// `schedule(_:name:tolerance:missedTicks:calling:)` past its one generic step (the
+    /// callback's type): the rest is not generic over the callback, so that the scheduler's
+    /// call is not made through a closure of a generic context.
+    func schedule(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, missedTicks: MissedTickPolicy, calling callback: AnyObject,
+        of type: any TimerCallback.Type
+    ) throws(TimerError) -> TimerKey {
         try withScheduler { scheduler throws(TimerError) in
-            try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback)
+            let kind = try scheduler.callbackKind(of: type)
+            return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback, kind: kind)
         }
     }
 

@@ -97,39 +97,31 @@ commits = sys.argv[2:]
 rows = {}
 for run in runs:
     rows.setdefault((run["backend"], run["count"], run["path"]), {}).setdefault(run["commit"], []).append(run["figures"])
-print("| backend, live, path | " + " | ".join(commits) + " |")
-print("|---|" + "---|" * len(commits))
-for (backend, count, path), by_commit in sorted(rows.items(), key=lambda item: (item[0][0], item[0][1], item[0][2])):
-    cells = []
-    for commit in commits:
-        figures = by_commit.get(commit)
-        if not figures:
-            cells.append("—")
-            continue
-        median = lambda key: statistics.median(f[key] for f in figures)
-        cell = f"{median('schedule'):.0f} / {median('reset'):.0f} / {median('cancel'):.0f}"
-        if count >= 100000:
-            cell += f", {median('bytes'):.0f} B"
-        cells.append(cell)
-    print(f"| {backend}, {count:,}, {path} | " + " | ".join(cells) + " |")
+def table(cell):
+    """One row per configuration, one column per commit; `cell` renders a commit's runs of it."""
+    print("| backend, live, path | " + " | ".join(commits) + " |")
+    print("|---|" + "---|" * len(commits))
+    for (backend, count, path), by_commit in sorted(rows.items()):
+        cells = [cell(by_commit[commit], count) if commit in by_commit else "—" for commit in commits]
+        print(f"| {backend}, {count:,}, {path} | " + " | ".join(cells) + " |")
+
+def medians(figures, count):
+    median = lambda key: statistics.median(f[key] for f in figures)
+    cell = f"{median('schedule'):.0f} / {median('reset'):.0f} / {median('cancel'):.0f}"
+    return cell + (f", {median('bytes'):.0f} B" if count >= 100000 else "")
+
+def ranges(figures, count):
+    spread = lambda key: f"{min(f[key] for f in figures):.0f}–{max(f[key] for f in figures):.0f}"
+    return " / ".join(spread(key) for key in ("schedule", "reset", "cancel"))
+
+table(medians)
 print()
 per_cell = max(len(figures) for by_commit in rows.values() for figures in by_commit.values())
 print(f"ns per schedule / reset / cancel (and, from 100,000 timers on, resident bytes per live timer): the median of {per_cell} interleaved runs of each.")
 print()
 print("The range of each figure over those runs (min–max):")
 print()
-print("| backend, live, path | " + " | ".join(commits) + " |")
-print("|---|" + "---|" * len(commits))
-for (backend, count, path), by_commit in sorted(rows.items(), key=lambda item: (item[0][0], item[0][1], item[0][2])):
-    cells = []
-    for commit in commits:
-        figures = by_commit.get(commit)
-        if not figures:
-            cells.append("—")
-            continue
-        spread = lambda key: f"{min(f[key] for f in figures):.0f}–{max(f[key] for f in figures):.0f}"
-        cells.append(" / ".join(spread(key) for key in ("schedule", "reset", "cancel")))
-    print(f"| {backend}, {count:,}, {path} | " + " | ".join(cells) + " |")
+table(ranges)
 refused = sum(run["figures"]["refused_resets"] for run in runs)
 if refused:
     print()

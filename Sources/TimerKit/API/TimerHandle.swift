@@ -10,15 +10,17 @@ import Glibc
 /// A handle is a small front (its backend, its timer's slot there, and what it learns when the
 /// timer ends): the timer itself lives in its backend's store.
 public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConvertible {
-    // @unchecked: `scheduler`, `slot` and `generation` are immutable; `handler` and `endFacts`
-    // are read and written only while holding `scheduler.mutex` (and `endFacts`, once set,
-    // never changes again), but for one last write of `handler` (`letGoOfHandler`), by the
-    // thread that ended the timer after it unlocked: once ended, nothing reads it.
+    // @unchecked: `scheduler` is immutable; `slot` and `generation` are written once, under
+    // `scheduler.mutex`, before the handle is stored or returned to anyone (`place`), and never
+    // again; `handler` and `endFacts` are read and written only while holding
+    // `scheduler.mutex` (and `endFacts`, once set, never changes again), but for one last write
+    // of `handler` (`letGoOfHandler`), by the thread that ended the timer after it unlocked:
+    // once ended, nothing reads it.
 
     let scheduler: TimerScheduler
     /// Where the timer lives in its scheduler's store, and the slot's generation then.
-    let slot: UInt32
-    let generation: UInt32
+    @exclusivity(unchecked) private(set) var slot: UInt32
+    @exclusivity(unchecked) private(set) var generation: UInt32
     /// The handler of a timer scheduled with a closure (its handle is what the store calls);
     /// `TimerScheduler.endedHandler` once it has ended, or for a timer scheduled with a key.
     @exclusivity(unchecked) var handler: @Sendable (Tick) -> Void
@@ -30,6 +32,22 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         self.slot = slot
         self.generation = generation
         self.handler = handler
+    }
+
+    /// A handle whose slot is not known yet: made before locking, so that its allocation is
+    /// not paid under the lock, and placed (`place`) under it before anyone sees it.
+    init(scheduler: TimerScheduler, handler: @escaping @Sendable (Tick) -> Void) {
+        self.scheduler = scheduler
+        self.slot = TimerStore.none
+        self.generation = 0
+        self.handler = handler
+    }
+
+    /// Names the slot of its timer: once, under the scheduler's lock, before the handle is stored
+    /// or returned.
+    func place(slot: UInt32, generation: UInt32) {
+        self.slot = slot
+        self.generation = generation
     }
 
     /// Lets go of the handler of its ended timer (outside the lock: its captures' deinits are

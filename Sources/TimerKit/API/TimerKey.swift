@@ -96,8 +96,7 @@ extension TimerBackend {
         of type: any TimerCallback.Type
     ) throws(TimerError) -> TimerKey {
         try withScheduler { scheduler throws(TimerError) in
-            let kind = try scheduler.callbackKind(of: type)
-            return try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback, kind: kind)
+            try scheduler.schedule(schedule, name: name, tolerance: tolerance, policy: missedTicks, calling: callback, of: type)
         }
     }
 

@@ -44,6 +44,18 @@ struct ClockQueue: ~Copyable {
         return true
     }
 
+    /// `insert`, where the caller has seen `heap.hasRoom`: it cannot fail.
+    @inline(__always)
+    mutating func insert(intoRoom slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) {
+        if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
+            heap.replaceTop(slot, key: key, sequence: sequence)
+            dead -= 1
+        } else {
+            heap.insert(intoRoom: slot, key: key, sequence: sequence)
+        }
+        firedTopMayBeDead = false
+    }
+
     /// The entry `sequence` no longer stands for its timer (whose `entrySequence` the caller
     /// has already changed). Below three dead entries for four live ones that costs nothing
     /// more; above, each death pays for sweeping up to two (looking at 16 entries), so dead

@@ -88,11 +88,19 @@ struct TimerQueue: ~Copyable {
     /// Files a new entry. Returns false, changing nothing, when the queue needs a chunk and the
     /// kernel has no memory for it (`errno` says why).
     mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) -> Bool {
-        if count == chunkCount &<< Self.chunkShift, !addChunk() { return false }
-        entry(count).initialize(to: Entry(key: key, sequence: sequence, slot: slot))
-        count += 1
-        siftUp(from: count - 1)
+        if !hasRoom, !addChunk() { return false }
+        insert(intoRoom: slot, key: key, sequence: sequence)
         return true
+    }
+
+    /// Whether an entry fits in the chunks the queue has.
+    var hasRoom: Bool { count < chunkCount &<< Self.chunkShift }
+
+    /// Files a new entry where `hasRoom` (the caller checked).
+    @inline(__always)
+    mutating func insert(intoRoom slot: UInt32, key: UInt64, sequence: UInt64) {
+        count += 1
+        siftUp(Entry(key: key, sequence: sequence, slot: slot), intoHoleAt: count - 1)
     }
 
     private mutating func addChunk() -> Bool {
@@ -234,8 +242,14 @@ struct TimerQueue: ~Copyable {
     }
 
     private mutating func siftUp(from start: Int) {
+        siftUp(entry(start).pointee, intoHoleAt: start)
+    }
+
+    /// Files `moving` at `start` or above it, moving the entries it precedes down: `start` is a
+    /// place whose entry the caller has taken out, or a new one at the end (an entry is plain
+    /// data: writing one over memory never written needs no initialization).
+    private mutating func siftUp(_ moving: Entry, intoHoleAt start: Int) {
         var index = start
-        let moving = entry(index).pointee
         while index > 0 {
             let parent = (index - 1) / 4
             let above = entry(parent).pointee

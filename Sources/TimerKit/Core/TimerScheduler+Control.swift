@@ -95,10 +95,10 @@ extension TimerScheduler {
             mutex.unlock()
             return
         }
-        var after = AfterUnlock()
         guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind == 0,
             let owner = record.pointee.owner.take()
         else {
+            var after = AfterUnlock()
             endInlineLocked(handle.slot, .cancelled, because: cause, into: &after)
             settleLocked(&after)
             mutex.unlock()
@@ -109,13 +109,27 @@ extension TimerScheduler {
         // in full, as `endInlineLocked` would end it, without the tests for what it does not
         // have: the record's reference to the handle moves out (no retain), and the handler
         // is let go of after unlocking.
-        markEndedLocked(handle.slot, record, .cancelled, because: cause, &after)
+        markEndedLeavingDriverLocked(handle.slot, record, .cancelled, because: cause)
         handle.endFacts = EndFacts(fires: record.pointee.fires, state: .cancelled, cause: cause, hasCustomName: false)
         store.free(handle.slot)
-        settleLocked(&after)
-        mutex.unlock()
-        after.run()
+        unlockAfterPlainEnd()
         unsafeDowncast(owner, to: TimerHandle.self).letGoOfHandler()
+    }
+
+    /// Ends the critical section of a plain timer's cancel (`markEndedLeavingDriverLocked`):
+    /// where that emptied the queues, with the driver disarmed.
+    @inline(__always)
+    private func unlockAfterPlainEnd() {
+        if queues.isEmpty {
+            var after = AfterUnlock()
+            disarmIfIdleLocked(&after)
+            settleLocked(&after)
+            mutex.unlock()
+            after.run()
+        } else {
+            settleOwingNothingLocked()
+            mutex.unlock()
+        }
     }
 
     func cancel(_ key: TimerKey) {
@@ -125,10 +139,10 @@ extension TimerScheduler {
             mutex.unlock()
             return
         }
-        var after = AfterUnlock()
         guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind != 0,
             let callback = record.pointee.owner.take()
         else {
+            var after = AfterUnlock()
             endInlineLocked(key.slot, .cancelled, because: .cancelled, into: &after)
             settleLocked(&after)
             mutex.unlock()
@@ -140,13 +154,11 @@ extension TimerScheduler {
         // `endInlineLocked` would end it, without the tests and the carrier's slot for what
         // it does not have: the record's reference to the callback moves out (no retain),
         // and the callback hears the end, and is let go of, after unlocking.
-        markEndedLocked(key.slot, record, .cancelled, because: .cancelled, &after)
+        markEndedLeavingDriverLocked(key.slot, record, .cancelled, because: .cancelled)
         let kind = record.pointee.callbackKind
         let fires = record.pointee.fires
         store.free(key.slot)
-        settleLocked(&after)
-        mutex.unlock()
-        after.run()
+        unlockAfterPlainEnd()
         callbackKinds.ended(callback, kind: kind, key, reason: .cancelled, fires: fires)
     }
 

@@ -55,12 +55,33 @@ extension TimerScheduler {
         _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, _ state: TimerState, because cause: EndCause,
         _ after: inout AfterUnlock
     ) {
+        markEndedLeavingDriverLocked(slot, record, state, because: cause)
+        disarmIfIdleLocked(&after)
+    }
+
+    /// `markEndedLocked` but for the driver, which the caller disarms if the queues emptied
+    /// (`disarmIfIdleLocked`): a cancel that leaves timers queued then owes nothing after
+    /// unlocking.
+    @inline(__always)
+    func markEndedLeavingDriverLocked(
+        _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, _ state: TimerState, because cause: EndCause
+    ) {
         record.pointee.state = state
         record.pointee.endCause = cause
         if cause != .completed && cause != .shutDown { stats.cancels += 1 }
-        retireLocked(slot, &after)
+        killEntryLocked(slot)
         store.live -= 1
         registry.discharge()
+    }
+
+    /// Closes a critical section that ended a timer with no call running and owes nothing after
+    /// unlocking (no event queued, no driver loaded, nothing of the user's let go of): threads
+    /// waiting for an end look again.
+    @inline(__always)
+    func settleOwingNothingLocked() {
+        assert(pendingEvents.isEmpty, "TimerScheduler: events left pending by a critical section")
+        if waiters > 0 { firingDone.broadcast() }
+        checkInvariantsLocked()
     }
 
     /// Gives the slot of an ended timer back once nothing of it runs any more (no call, no

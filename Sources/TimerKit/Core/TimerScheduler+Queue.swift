@@ -47,6 +47,27 @@ extension TimerScheduler {
         target: WeakReference?, startSuspended: Bool = false, runsTasks: Bool = false,
         helper: AnyObject? = nil, handler: @escaping @Sendable (Tick) -> Void
     ) throws(TimerError) -> TimerHandle {
+        if name == nil, target == nil, !startSuspended, !runsTasks, helper == nil, let deadline = timeoutDeadline(schedule, tolerance) {
+            let handle = TimerHandle(scheduler: self, handler: handler)
+            let owner = Unmanaged<AnyObject>.passRetained(handle)
+            let placing = Unmanaged.passUnretained(handle)
+            if try addTimeout(deadline: deadline, policy: policy, owner: owner, kind: 0, placing: placing) != nil { return handle }
+            // Not added (nothing saw the handle): the general path makes its own.
+            owner.release()
+        }
+        return try scheduleInFull(
+            schedule, name: name, tolerance: tolerance, policy: policy, target: target, startSuspended: startSuspended,
+            runsTasks: runsTasks, helper: helper, handler: handler)
+    }
+
+    /// `schedule(_:name:tolerance:policy:target:startSuspended:runsTasks:helper:handler:)` for
+    /// any timer. Out of line, so that a timeout's path keeps to a short function.
+    @inline(never)
+    private func scheduleInFull(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy,
+        target: WeakReference?, startSuspended: Bool, runsTasks: Bool, helper: AnyObject?,
+        handler: @escaping @Sendable (Tick) -> Void
+    ) throws(TimerError) -> TimerHandle {
         let resolved = try resolve(schedule, name: name, tolerance: tolerance)
         var options: TimerOptions?
         if name != nil || !tolerance.isZero || target != nil || startSuspended || runsTasks || helper != nil {
@@ -85,15 +106,6 @@ extension TimerScheduler {
         set { mutex.withLock { handlesAsKeyedTimers = newValue } }
     }
 
-    /// Registers and queues a timer that calls `callback`, and returns its key.
-    @inline(__always)
-    func schedule<Callback: TimerCallback>(
-        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: Callback
-    ) throws(TimerError) -> TimerKey {
-        let kind = try callbackKind(of: Callback.self)
-        return try self.schedule(schedule, name: name, tolerance: tolerance, policy: policy, calling: callback, kind: kind)
-    }
-
     /// The kind of `type` (`CallbackKinds`): found without the lock once a timer has had it.
     @inline(__always)
     func callbackKind(of type: any TimerCallback.Type) throws(TimerError) -> UInt8 {
@@ -101,21 +113,122 @@ extension TimerScheduler {
         return try mutex.withLock { () throws(TimerError) in try callbackKinds.kindLocked(of: type) }
     }
 
-    /// Registers and queues a timer that calls `callback`, of `kind`, and returns its key.
+    /// Registers and queues a timer that calls `callback`, of type `type`, and returns its key.
     func schedule(
+        _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: AnyObject,
+        of type: any TimerCallback.Type
+    ) throws(TimerError) -> TimerKey {
+        let kind = try callbackKind(of: type)
+        if name == nil, let deadline = timeoutDeadline(schedule, tolerance) {
+            let owner = Unmanaged.passRetained(callback)
+            if let (slot, generation) = try addTimeout(deadline: deadline, policy: policy, owner: owner, kind: kind, placing: nil) {
+                return TimerKey(slot: slot, generation: generation, scheduler: serial)
+            }
+            owner.release()
+        }
+        return try scheduleInFull(schedule, name: name, tolerance: tolerance, policy: policy, calling: callback, kind: kind)
+    }
+
+    /// `schedule(_:name:tolerance:policy:calling:kind:)` for any timer. Out of line, so that a
+    /// timeout's path keeps to a short function.
+    @inline(never)
+    private func scheduleInFull(
         _ schedule: TimerSchedule, name: String?, tolerance: Duration, policy: MissedTickPolicy, calling callback: AnyObject,
         kind: UInt8
     ) throws(TimerError) -> TimerKey {
-        let resolved = try resolve(schedule, name: name, tolerance: tolerance)
-        var options: TimerOptions?
-        if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
         // The closure captures the callback unretained: a captured reference would be retained
         // for the closure's context and released after the call (two calls to the runtime).
         let unretained = Unmanaged.passUnretained(callback)
+        let resolved = try resolve(schedule, name: name, tolerance: tolerance)
+        var options: TimerOptions?
+        if name != nil || !tolerance.isZero { options = TimerOptions(name: name, tolerance: UInt64(tolerance.saturatingNanoseconds)) }
         let (slot, generation) = try add(resolved, calendar: schedule.calendarRule, policy: policy, options: options) { _, _ in
             (unretained.retain(), kind)
         }
         return TimerKey(slot: slot, generation: generation, scheduler: serial)
+    }
+
+    /// The deadline of `schedule` when it is a timeout — once, after a delay that is not
+    /// negative, on the monotonic clock — with no tolerance: what `addTimeout` adds. Nil for
+    /// any other schedule (the general path resolves and checks it).
+    @inline(__always)
+    func timeoutDeadline(_ schedule: TimerSchedule, _ tolerance: Duration) -> UInt64? {
+        guard tolerance.isZero, schedule.clock == .monotonic, case let .after(.duration(delay)) = schedule.kind, !delay.isNegative
+        else { return nil }
+        return now(of: .monotonic, monotonic: clock.now().nanoseconds).saturatingAdd(UInt64(delay.saturatingNanoseconds))
+    }
+
+    /// Adds a timeout (`timeoutDeadline`) with no name — what a server keeps one of per
+    /// connection or request — in one critical section, without the general path's tests for
+    /// what such a timer cannot have (`add`). It calls `owner`, of callback kind `kind` (0: a
+    /// `TimerHandle`, which `placing` is, and which learns its slot here): the record takes the
+    /// caller's +1 reference; where the timer is not added, it stays the caller's. Returns its
+    /// slot and
+    /// generation; nil, having changed nothing, where the scheduler is not in its plain state:
+    /// shut down, at its cap, its registry capped, no slot or queue room left without mapping
+    /// more, or keeping handles as keyed timers. The general path then adds the timer or says
+    /// why not.
+    @inline(__always)
+    func addTimeout(
+        deadline: UInt64, policy: MissedTickPolicy, owner: Unmanaged<AnyObject>, kind: UInt8, placing handle: Unmanaged<TimerHandle>?
+    ) throws(TimerError) -> (slot: UInt32, generation: UInt32)? {
+        mutex.lock()
+        guard !isShutDown, store.live < store.maxLive, kind != 0 || !handlesAsKeyedTimers, queues.monotonic.heap.hasRoom,
+            registry.admitIfUncapped()
+        else {
+            mutex.unlock()
+            return nil
+        }
+        guard let slot = store.allocate() else {
+            registry.discharge()
+            mutex.unlock()
+            return nil
+        }
+        let record = store[slot]
+        let generation = record.pointee.generation
+        handle?._withUnsafeGuaranteedRef { $0.place(slot: slot, generation: generation) }
+        store.live += 1
+        record.pointee.state = .scheduled
+        record.pointee.endCause = .live
+        record.pointee.fires = 0
+        record.pointee.deadline = deadline
+        record.pointee.interval = 0
+        record.pointee.clock = .monotonic
+        record.pointee.policy = policy
+        record.pointee.setRemaining(1)
+        record.pointee.adopt(owner: owner)
+        record.pointee.callbackKind = kind
+        nextSequence &+= 1
+        record.pointee.orderSequence = nextSequence
+        queues.monotonic.insert(intoRoom: slot, key: deadline, sequence: nextSequence, in: store)
+        record.pointee.entrySequence = nextSequence
+        // As `queueLocked` arms the driver.
+        let wanted = queues.onlyMonotonic ? min(deadline, queues.monotonic.heap.topKey ?? deadline) : earliestWakeLocked(nil)
+        guard wanted < armedKey, wanted < Self.horizonNanoseconds else {
+            // Nothing ended and no event was queued: the section owes nothing to settle.
+            checkInvariantsLocked()
+            mutex.unlock()
+            return (slot, generation)
+        }
+        try wakeAndUnlock(at: wanted, forNew: slot)
+        return (slot, generation)
+    }
+
+    /// Arms the driver for `wanted`, the new timer in `slot` now the earliest, and unlocks; if
+    /// the driver refuses, ends that timer (as `add` does) and throws. Out of line: few
+    /// schedules move the earliest deadline.
+    @inline(never)
+    private func wakeAndUnlock(at wanted: UInt64, forNew slot: UInt32) throws(TimerError) {
+        var after = AfterUnlock()
+        var failure: TimerError?
+        do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
+            endLocked(slot, .cancelled, because: .cancelled, into: &after)
+            failure = error
+        }
+        settleLocked(&after)
+        mutex.unlock()
+        after.run()
+        if let failure { throw failure }
     }
 
     /// Adds a timer to the store, registers its name, and queues it (or leaves it suspended).
@@ -301,10 +414,15 @@ extension TimerScheduler {
     @inline(__always)
     func retireLocked(_ slot: UInt32, _ after: inout AfterUnlock) {
         killEntryLocked(slot)
-        if queues.isEmpty {
-            if armedKey != .max, jobs.isEmpty { try? wakeLocked(at: .max, &after) }
-            if armedOwnClockKeys.any { rearmOwnClocksLocked() }
-        }
+        disarmIfIdleLocked(&after)
+    }
+
+    /// Disarms the driver once the queues are empty (see `retireLocked`).
+    @inline(__always)
+    func disarmIfIdleLocked(_ after: inout AfterUnlock) {
+        guard queues.isEmpty else { return }
+        if armedKey != .max, jobs.isEmpty { try? wakeLocked(at: .max, &after) }
+        if armedOwnClockKeys.any { rearmOwnClocksLocked() }
     }
 
     /// When the loop must wake next, on the monotonic clock: the earliest of the queues' first

@@ -118,9 +118,18 @@ public final class TimerRegistry: @unchecked Sendable {
         }
     }
 
-    /// A timer has ended.
+    /// `admit()` where the registry has no cap (the default): counts the timer in and returns
+    /// true; false, counting nothing, where it has one (`admit()` checks it).
     @inline(__always)
-    func discharge() { liveCount.subtract(1, ordering: .relaxed) }
+    func admitIfUncapped() -> Bool {
+        guard maxLive.load(ordering: .relaxed) == .max else { return false }
+        liveCount.wrappingAdd(1, ordering: .relaxed)
+        return true
+    }
+
+    /// A timer has ended. One atomic subtraction: a checked one is a compare-and-swap loop.
+    @inline(__always)
+    func discharge() { liveCount.wrappingSubtract(1, ordering: .relaxed) }
 
     /// Registers `name` for the timer in `scheduler`'s `slot`.
     /// - Throws: `TimerError.duplicateName` if a live timer holds it.

@@ -24,7 +24,7 @@ struct ClockQueue: ~Copyable {
     var live: Int { heap.count - dead }
 
     @inline(__always)
-    static func isDead(_ entry: TimerQueue.Entry, in store: borrowing TimerStore) -> Bool {
+    static func isDead(_ entry: TimerQueue.Entry, in store: RecordTable) -> Bool {
         store[entry.slot].pointee.entrySequence != entry.sequence
     }
 
@@ -33,7 +33,7 @@ struct ClockQueue: ~Copyable {
     /// returns, re-files its entry in place.
     /// Returns false, changing nothing, when the queue needs memory and gets none.
     @inline(__always)
-    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) -> Bool {
+    mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: RecordTable) -> Bool {
         if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
             heap.replaceTop(slot, key: key, sequence: sequence)
             dead -= 1
@@ -46,7 +46,7 @@ struct ClockQueue: ~Copyable {
 
     /// `insert`, where the caller has seen `heap.hasRoom`: it cannot fail.
     @inline(__always)
-    mutating func insert(intoRoom slot: UInt32, key: UInt64, sequence: UInt64, in store: borrowing TimerStore) {
+    mutating func insert(intoRoom slot: UInt32, key: UInt64, sequence: UInt64, in store: RecordTable) {
         if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
             heap.replaceTop(slot, key: key, sequence: sequence)
             dead -= 1
@@ -62,27 +62,39 @@ struct ClockQueue: ~Copyable {
     /// entries fall back faster than they come; and if they ever reach one more than the live
     /// ones, it sweeps until they do not.
     @inline(__always)
-    mutating func entryDied(sequence: UInt64, in store: borrowing TimerStore) {
+    mutating func entryDied(sequence: UInt64, in store: RecordTable) {
         dead += 1
         if heap.top?.sequence == sequence {
             dropDeadTops(in: store)
         } else if dead * 4 > live * 3 {
-            dead -= heap.sweep(budget: 16, limit: 2) { Self.isDead($0, in: store) }
+            sweepSome(in: store)
         }
         keepDeadWithinBound(in: store)
+    }
+
+    /// The bounded sweep of a death (see `entryDied`). Out of line, so that the paths that end
+    /// a timer stay short enough to be inlined where dead entries are few.
+    @inline(never)
+    private mutating func sweepSome(in store: RecordTable) {
+        dead -= heap.sweep(budget: 16, limit: 2) { Self.isDead($0, in: store) }
     }
 
     /// Sweeps until dead entries are at most one more than live ones: after a death that the
     /// bounded sweep did not make up for, or after live entries left (fired).
     @inline(__always)
-    mutating func keepDeadWithinBound(in store: borrowing TimerStore) {
+    mutating func keepDeadWithinBound(in store: RecordTable) {
+        if dead > live + 1 { sweepToBound(in: store) }
+    }
+
+    @inline(never)
+    private mutating func sweepToBound(in store: RecordTable) {
         while dead > live + 1 {
             dead -= heap.sweep(budget: 64, limit: dead - live - 1) { Self.isDead($0, in: store) }
         }
     }
 
     /// Drops dead entries at the top, so that the earliest entry is live.
-    mutating func dropDeadTops(in store: borrowing TimerStore) {
+    mutating func dropDeadTops(in store: RecordTable) {
         while let top = heap.top, Self.isDead(top, in: store) {
             dead -= 1
             heap.popTop()
@@ -92,7 +104,7 @@ struct ClockQueue: ~Copyable {
     /// Counts the entry at the top dead: its timer, due, was taken out to fire (the caller has set
     /// its `entrySequence` to 0); dead entries stay within their bound.
     @inline(__always)
-    mutating func entryLeftDeadAtTop(in store: borrowing TimerStore) {
+    mutating func entryLeftDeadAtTop(in store: RecordTable) {
         dead += 1
         firedTopMayBeDead = true
         keepDeadWithinBound(in: store)
@@ -100,7 +112,7 @@ struct ClockQueue: ~Copyable {
 
     /// Removes up to `limit` entries, dead or live (a shutdown, a slice at a time); their
     /// timers are left with no entry. Returns whether any are left.
-    mutating func removeSome(_ limit: Int, in store: borrowing TimerStore) -> Bool {
+    mutating func removeSome(_ limit: Int, in store: RecordTable) -> Bool {
         var deadRemoved = 0
         _ = heap.removeLast(upTo: limit) { entry in
             let record = store[entry.slot]
@@ -113,7 +125,7 @@ struct ClockQueue: ~Copyable {
     /// Traps if the counts or the order are wrong: the dead entries at most one more than the
     /// live ones, the heap in order. The order is checked in full for small queues and near the
     /// top for big ones, so that a debug build can check after every operation.
-    func checkInvariants(in store: borrowing TimerStore) {
+    func checkInvariants(in store: RecordTable) {
         precondition(dead >= 0 && dead <= heap.count, "ClockQueue: \(dead) dead entries in \(heap.count)")
         precondition(dead <= live + 1, "ClockQueue: \(dead) dead entries for \(live) live ones")
         if heap.count <= 16 {
@@ -164,7 +176,7 @@ struct ClockQueues: ~Copyable {
     /// Dead entries in all three.
     var dead: Int { monotonic.dead + continuous.dead + wall.dead }
 
-    func checkInvariants(in store: borrowing TimerStore) {
+    func checkInvariants(in store: RecordTable) {
         monotonic.checkInvariants(in: store)
         continuous.checkInvariants(in: store)
         wall.checkInvariants(in: store)

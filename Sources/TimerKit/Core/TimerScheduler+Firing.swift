@@ -110,11 +110,11 @@ extension TimerScheduler {
     /// and entries of timers reset to a later deadline are re-filed.
     func popDueLocked(_ readings: ClockReadings) -> UInt32? {
         guard !queues.onlyMonotonic else {
-            return queues.monotonic.popDue(now: readings.monotonic, horizon: Self.horizonNanoseconds, in: store)
+            return queues.monotonic.popDue(now: readings.monotonic, horizon: Self.horizonNanoseconds, in: store.table)
         }
         var earliest: (clock: DeadlineClock, at: UInt64, sequence: UInt64)?
         for clock in DeadlineClock.allCases {
-            let head = queues.with(clock) { $0.liveTop(in: store) }
+            let head = queues.with(clock) { $0.liveTop(in: store.table) }
             guard let head, head.key < .max else { continue }
             let at = readings.monotonic(head.key, on: clock)
             if let best = earliest, (best.at, best.sequence) < (at, head.sequence) { continue }
@@ -123,7 +123,7 @@ extension TimerScheduler {
         guard let earliest else { return nil }
         // Wall dates are never beyond what a deadline holds on their own clock: only "never" is.
         let horizon = earliest.clock == .wall ? UInt64.max : Self.horizonNanoseconds
-        return queues.with(earliest.clock) { $0.popDue(now: readings[earliest.clock], horizon: horizon, in: store) }
+        return queues.with(earliest.clock) { $0.popDue(now: readings[earliest.clock], horizon: horizon, in: store.table) }
     }
 
     /// Advances the timer in `slot` past this tick under the lock and returns the call to make.
@@ -299,7 +299,7 @@ extension ClockQueue {
     /// The first entry once dead ones are dropped and reset ones re-filed: the live entry that
     /// is earliest.
     @inline(__always)
-    mutating func liveTop(in store: borrowing TimerStore) -> TimerQueue.Entry? {
+    mutating func liveTop(in store: RecordTable) -> TimerQueue.Entry? {
         while let top = heap.top {
             let record = store[top.slot]
             if record.pointee.entrySequence != top.sequence {
@@ -320,7 +320,7 @@ extension ClockQueue {
     /// tolerance fires early in its window rather than cost a wake-up of its own). Keys at or
     /// past `horizon` never come, however far the clock moves.
     @inline(__always)
-    mutating func popDue(now: UInt64, horizon: UInt64, in store: borrowing TimerStore) -> UInt32? {
+    mutating func popDue(now: UInt64, horizon: UInt64, in store: RecordTable) -> UInt32? {
         guard let top = liveTop(in: store), top.key < horizon else { return nil }
         let record = store[top.slot]
         guard top.key <= now || RepeatRule.dueTime(record.pointee) <= now else { return nil }

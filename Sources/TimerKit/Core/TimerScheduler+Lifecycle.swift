@@ -91,7 +91,7 @@ extension TimerScheduler {
     /// Drops up to a slice of queue entries; whether any are left.
     private func queuesHaveEntriesAfterDroppingSomeLocked() -> Bool {
         for clock in DeadlineClock.allCases where queues.read(clock, { !$0.heap.isEmpty }) {
-            return queues.with(clock) { $0.removeSome(Self.shutdownSlice, in: store) } || !queues.isEmpty
+            return queues.with(clock) { $0.removeSome(Self.shutdownSlice, in: store.table) } || !queues.isEmpty
         }
         return false
     }

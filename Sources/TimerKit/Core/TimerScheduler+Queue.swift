@@ -200,7 +200,7 @@ extension TimerScheduler {
         record.pointee.callbackKind = kind
         nextSequence &+= 1
         record.pointee.orderSequence = nextSequence
-        queues.monotonic.insert(intoRoom: slot, key: deadline, sequence: nextSequence, in: store)
+        queues.monotonic.insert(intoRoom: slot, key: deadline, sequence: nextSequence, in: store.table)
         record.pointee.entrySequence = nextSequence
         // As `queueLocked` arms the driver.
         let wanted = queues.onlyMonotonic ? min(deadline, queues.monotonic.heap.topKey ?? deadline) : earliestWakeLocked(nil)
@@ -371,7 +371,7 @@ extension TimerScheduler {
             refreshOffsetsLocked()
         }
         let sequence = nextSequence
-        guard queues.with(clock, { $0.insert(slot, key: key, sequence: sequence, in: store) }) else {
+        guard queues.with(clock, { $0.insert(slot, key: key, sequence: sequence, in: store.table) }) else {
             // Out of memory for the queue: the timer is left unqueued, as a refused wake-up leaves it.
             throw .systemCall(call: "mmap", errno: errno)
         }
@@ -403,7 +403,7 @@ extension TimerScheduler {
         let sequence = record.pointee.entrySequence
         guard sequence != 0 else { return }
         record.pointee.entrySequence = 0
-        queues.with(record.pointee.clock) { $0.entryDied(sequence: sequence, in: store) }
+        queues.with(record.pointee.clock) { $0.entryDied(sequence: sequence, in: store.table) }
     }
 
     /// Called when the timer in `slot` stops being scheduled: its entry dies. The native

@@ -206,7 +206,7 @@ import Synchronization
     /// Traps if a queue's order or its counts are wrong. Tests; debug builds check after
     /// every operation too (`checkInvariantsLocked`).
     package func checkQueueInvariants() {
-        mutex.withLock { queues.checkInvariants(in: store) }
+        mutex.withLock { queues.checkInvariants(in: store.table) }
     }
 
     /// The store's invariants, after each operation in a debug build (as SwiftNIO's
@@ -215,7 +215,7 @@ import Synchronization
     @inline(__always)
     func checkInvariantsLocked() {
         #if DEBUG
-            queues.checkInvariants(in: store)
+            queues.checkInvariants(in: store.table)
         #endif
     }
 

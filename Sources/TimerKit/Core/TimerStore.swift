@@ -92,9 +92,10 @@ struct TimerStore: ~Copyable {
     }
 
     @inline(__always)
-    subscript(slot: UInt32) -> UnsafeMutablePointer<TimerRecord> {
-        records[Int(slot) &>> RecordChunk.shift] + (Int(slot) & RecordChunk.mask)
-    }
+    subscript(slot: UInt32) -> UnsafeMutablePointer<TimerRecord> { table[slot] }
+
+    /// The records by slot, as one word to pass around (see `RecordTable`).
+    var table: RecordTable { RecordTable(chunks: records) }
 
     /// The fire statistics of the timer in `slot`.
     @inline(__always)
@@ -213,5 +214,18 @@ struct TimerStore: ~Copyable {
             freeHead = Self.none
         }
         return chunks
+    }
+}
+
+/// A store's records by slot, for the queues' tests of their entries under the scheduler's lock:
+/// the address of the store's chunk table, one word, where a store passed borrowed from its
+/// scheduler is copied whole. Good while the store gets no new chunk (the table may then move):
+/// within one call that adds no timer.
+struct RecordTable {
+    let chunks: UnsafeMutablePointer<UnsafeMutablePointer<TimerRecord>>
+
+    @inline(__always)
+    subscript(slot: UInt32) -> UnsafeMutablePointer<TimerRecord> {
+        chunks[Int(slot) &>> RecordChunk.shift] + (Int(slot) & RecordChunk.mask)
     }
 }

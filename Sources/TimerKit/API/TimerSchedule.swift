@@ -132,6 +132,12 @@ public struct TimerSchedule: Sendable {
         var remaining: Int
         var jitterNanoseconds: UInt64 = 0
         var clock: DeadlineClock = .monotonic
+
+        /// What a timeout (once, after a delay, on the monotonic clock) due at `deadline`
+        /// resolves to.
+        static func timeout(at deadline: UInt64) -> Resolved {
+            Resolved(firstDeadline: deadline, intervalNanoseconds: 0, remaining: 1)
+        }
     }
 
     /// Resolves the schedule at `now`, the reading of its own clock (`clock`).

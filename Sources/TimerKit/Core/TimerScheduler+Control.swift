@@ -241,11 +241,33 @@ extension TimerScheduler {
     }
 
     func reschedule(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
+        // A timeout moved on (an idle timeout on every read) resolves to its deadline alone.
+        guard let deadline = timeoutDeadline(schedule) else { return try rescheduleInFull(handle, schedule) }
+        mutex.lock()
+        let record = recordLocked(handle)
+        if let record, !isShutDown, movedLaterInPlaceLocked(record, timeoutAt: deadline) {
+            // Moved later where it waits: the section owes nothing.
+            mutex.unlock()
+            return
+        }
+        try rescheduleAndUnlock(handle, record, timeoutAt: deadline)
+    }
+
+    /// As `rescheduleAndUnlock(_:timeoutAt:)`, for `handle`'s timer (`record`: nil once ended).
+    @inline(never)
+    private func rescheduleAndUnlock(
+        _ handle: TimerHandle, _ record: UnsafeMutablePointer<TimerRecord>?, timeoutAt deadline: UInt64
+    ) throws(TimerError) {
+        try rescheduleInFullAndUnlock(record, handle.slot, .timeout(at: deadline), calendar: nil, endedError: endedErrorLocked(handle))
+    }
+
+    /// `reschedule(_:_:)` with any schedule. Out of line, so that a timeout's stays short.
+    @inline(never)
+    private func rescheduleInFull(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
         let resolved = try resolveNow(schedule)
         mutex.lock()
         let record = recordLocked(handle)
         if let record, !isShutDown, movedLaterInPlaceLocked(record, resolved, calendar: schedule.calendarRule) {
-            // Moved later where it waits (an idle timeout moved on): the section owes nothing.
             mutex.unlock()
             return
         }
@@ -253,6 +275,30 @@ extension TimerScheduler {
     }
 
     func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
+        guard let deadline = timeoutDeadline(schedule) else { return try rescheduleInFull(key, schedule) }
+        mutex.lock()
+        if let record = (try? recordLocked(key)) ?? nil, !isShutDown, movedLaterInPlaceLocked(record, timeoutAt: deadline) {
+            mutex.unlock()
+            return
+        }
+        try rescheduleAndUnlock(key, timeoutAt: deadline)
+    }
+
+    /// The rest of a timeout's reschedule, entered with the lock held, where the timer did not
+    /// move later in place: ended, foreign, moved earlier or not plain. Out of line, with the
+    /// errors it may throw.
+    @inline(never)
+    private func rescheduleAndUnlock(_ key: TimerKey, timeoutAt deadline: UInt64) throws(TimerError) {
+        let record: UnsafeMutablePointer<TimerRecord>?
+        do throws(TimerError) { record = try recordLocked(key) } catch {
+            mutex.unlock()
+            throw error
+        }
+        try rescheduleInFullAndUnlock(record, key.slot, .timeout(at: deadline), calendar: nil, endedError: endedErrorLocked(key))
+    }
+
+    @inline(never)
+    private func rescheduleInFull(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
         let resolved = try resolveNow(schedule)
         mutex.lock()
         let record: UnsafeMutablePointer<TimerRecord>?
@@ -267,9 +313,25 @@ extension TimerScheduler {
         try rescheduleInFullAndUnlock(record, key.slot, resolved, calendar: schedule.calendarRule, endedError: endedErrorLocked(key))
     }
 
+    /// `movedLaterInPlaceLocked` for a timeout due at `deadline` (`timeoutDeadline`), which
+    /// needs nothing resolved but its deadline.
+    @inline(__always)
+    private func movedLaterInPlaceLocked(_ record: UnsafeMutablePointer<TimerRecord>, timeoutAt deadline: UInt64) -> Bool {
+        guard record.pointee.extras == nil, record.pointee.entrySequence != 0, record.pointee.state == .scheduled,
+            record.pointee.clock == .monotonic, deadline >= record.pointee.deadline
+        else { return false }
+        record.pointee.deadline = deadline
+        record.pointee.interval = 0
+        record.pointee.setRemaining(1)
+        nextSequence &+= 1
+        record.pointee.orderSequence = nextSequence
+        return true
+    }
+
     /// The rest of a reschedule that `movedLaterInPlaceLocked` did not do, entered with the lock
     /// held (`record`: the timer's, nil once it has ended); unlocks, and tells the clock watcher
     /// of this scheduler if it must.
+    @inline(never)
     private func rescheduleInFullAndUnlock(
         _ record: UnsafeMutablePointer<TimerRecord>?, _ slot: UInt32, _ resolved: TimerSchedule.Resolved,
         calendar calendarRule: CalendarRule?, endedError: @autoclosure () -> TimerError

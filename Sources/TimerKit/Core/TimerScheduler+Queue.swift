@@ -153,8 +153,14 @@ extension TimerScheduler {
     /// any other schedule (the general path resolves and checks it).
     @inline(__always)
     func timeoutDeadline(_ schedule: TimerSchedule, _ tolerance: Duration) -> UInt64? {
-        guard tolerance.isZero, schedule.clock == .monotonic, case let .after(.duration(delay)) = schedule.kind, !delay.isNegative
-        else { return nil }
+        tolerance.isZero ? timeoutDeadline(schedule) : nil
+    }
+
+    /// The deadline of `schedule` when it is a timeout (`timeoutDeadline(_:_:)`): for a
+    /// reschedule, which takes no tolerance.
+    @inline(__always)
+    func timeoutDeadline(_ schedule: TimerSchedule) -> UInt64? {
+        guard schedule.clock == .monotonic, case let .after(.duration(delay)) = schedule.kind, !delay.isNegative else { return nil }
         return now(of: .monotonic, monotonic: clock.now().nanoseconds).saturatingAdd(UInt64(delay.saturatingNanoseconds))
     }
 

@@ -191,23 +191,12 @@ extension TimerScheduler {
             return nil
         }
         let record = store[slot]
+        store.live += 1
+        nextSequence &+= 1
+        record.pointee.startTimeout(at: deadline, policy: policy, owner: owner, kind: kind, sequence: nextSequence)
         let generation = record.pointee.generation
         handle?._withUnsafeGuaranteedRef { $0.place(slot: slot, generation: generation) }
-        store.live += 1
-        record.pointee.state = .scheduled
-        record.pointee.endCause = .live
-        record.pointee.fires = 0
-        record.pointee.deadline = deadline
-        record.pointee.interval = 0
-        record.pointee.clock = .monotonic
-        record.pointee.policy = policy
-        record.pointee.setRemaining(1)
-        record.pointee.adopt(owner: owner)
-        record.pointee.callbackKind = kind
-        nextSequence &+= 1
-        record.pointee.orderSequence = nextSequence
         queues.monotonic.insert(intoRoom: slot, key: deadline, sequence: nextSequence, in: store.table)
-        record.pointee.entrySequence = nextSequence
         // As `queueLocked` arms the driver.
         let wanted = queues.onlyMonotonic ? min(deadline, queues.monotonic.heap.topKey ?? deadline) : earliestWakeLocked(nil)
         guard wanted < armedKey, wanted < Self.horizonNanoseconds else {

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// A backend on virtual time, for tests: nothing fires until you advance the clock, and
 /// then everything due fires synchronously on the calling thread, in deadline order.
@@ -209,28 +210,45 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
 /// its object a side table, and every retain and release of the backend would then take the
 /// runtime's slow path: ~250 instructions per fire).
 final class ManualWakeUps: TimerDriver, @unchecked Sendable {
-    // @unchecked: `requested` and `failure` are read and written only under `lock`.
+    // @unchecked: `failure` is read and written only under `lock`; `requested` and `failing` are
+    // atomics. The wake-up asked for is one word that a fire asks for and the advancing loop
+    // takes once per fire: an atomic, where a lock cost two lock-and-unlock pairs a fire.
     let lock = FutexLock()
-    private var requested = MonotonicInstant.distantFuture
+    /// The wake-up asked for last, in nanoseconds; `.max` (`.distantFuture`) for none.
+    private let requested = Atomic<UInt64>(.max)
+    /// Whether `failure` is set: a wake-up request looks at `failure` only then.
+    private let failing = Atomic<Bool>(false)
     /// Set by tests: every wake-up request fails with it.
-    var failure: TimerError?
+    private var failureStorage: TimerError?
 
-    /// The wake-up asked for last; `.distantFuture` for none.
-    var request: MonotonicInstant { lock.withLock { requested } }
-
-    /// Takes the wake-up asked for, if it is due by `deadline`: it is used up.
-    func take(upTo deadline: MonotonicInstant) -> MonotonicInstant? {
-        lock.withLock {
-            guard requested != .distantFuture, requested <= deadline else { return nil }
-            defer { requested = .distantFuture }
-            return requested
+    var failure: TimerError? {
+        get { failureStorage }
+        set {
+            failureStorage = newValue
+            failing.store(newValue != nil, ordering: .releasing)
         }
     }
 
-    func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try lock.withLock { () throws(TimerError) in
-            if let failure { throw failure }
-            requested = deadline
+    /// The wake-up asked for last; `.distantFuture` for none.
+    var request: MonotonicInstant { MonotonicInstant(nanoseconds: requested.load(ordering: .acquiring)) }
+
+    /// Takes the wake-up asked for, if it is due by `deadline`: it is used up (unless a newer
+    /// request replaced it meanwhile, which is then taken or left as it is due).
+    func take(upTo deadline: MonotonicInstant) -> MonotonicInstant? {
+        var current = requested.load(ordering: .acquiring)
+        let none = UInt64.max  // `.distantFuture`
+        while current != none, current <= deadline.nanoseconds {
+            let (exchanged, original) = requested.compareExchange(expected: current, desired: none, ordering: .acquiringAndReleasing)
+            if exchanged { return MonotonicInstant(nanoseconds: current) }
+            current = original
         }
+        return nil
+    }
+
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        if failing.load(ordering: .acquiring) {
+            try lock.withLock { () throws(TimerError) in if let failureStorage { throw failureStorage } }
+        }
+        requested.store(deadline.nanoseconds, ordering: .releasing)
     }
 }

@@ -54,7 +54,9 @@ extension TimerScheduler {
         let observed = registry.hasObservers
         var failure: TimerError?
         var fired = 0
-        var previousCallEnded: UInt64?
+        // The first call begins at the wake-up's reading: taken as it came due, a few steps
+        // before, and one clock read fewer per wake-up.
+        var previousCallEnded: UInt64? = readings.monotonic
         while fired < Self.maxFiresPerCall, !isShutDown, let slot = popDueLocked(readings) {
             fired += 1
             let call = beginCallLocked(slot, readings, at: previousCallEnded, observed: observed)
@@ -128,7 +130,7 @@ extension TimerScheduler {
 
     /// Advances the timer in `slot` past this tick under the lock and returns the call to make.
     /// The call begins at `reading`, a clock reading taken after the timer came due (the
-    /// previous call's end, in a batch), or at a fresh reading.
+    /// wake-up's, or the previous call's end in a batch), or at a fresh reading.
     func beginCallLocked(_ slot: UInt32, _ readings: ClockReadings, at reading: UInt64?, observed: Bool) -> Call {
         let record = store[slot]
         let index = record.pointee.fires

@@ -224,8 +224,8 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
 /// owns it (`attach(owning:)`) without a cycle: a weakly held driver would cost the runtime's
 /// slow reference counting on every wake-up request.
 private final class EpollLoopState: TimerDriver, @unchecked Sendable {
-    // @unchecked: the descriptors never change; `requested` and `armed` are guarded by
-    // `armLock`; `gate`, `counts` and `loopThread` guard themselves.
+    // @unchecked: the descriptors never change; `armed` is guarded by `armLock`; `requested`,
+    // `gate`, `counts` and `loopThread` guard themselves.
     static let timerToken: UInt64 = 1
     static let wakeToken: UInt64 = 2
 
@@ -237,8 +237,10 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     let loopThread = Atomic<UInt>(0)
     private let armLock = FutexLock()
     /// The scheduler's latest request and what the timerfd is armed for (`.max`: disarmed or
-    /// spent), in timerfd mode.
-    private var requested: UInt64 = .max
+    /// spent), in timerfd mode. The request is an atomic so that the loop's own thread records
+    /// one without the lock (its handlers' re-queues: one a fire); another thread's request, and
+    /// the loop applying one, take the lock.
+    private let requested = Atomic<UInt64>(.max)
     private var armed: UInt64 = .max
     /// The same for epollPwait2 mode, with whether the loop sleeps and until when.
     private let gate = SleepGate()
@@ -267,10 +269,15 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             if gate.request(key) { signal() }
             return
         }
+        if loopThread.load(ordering: .relaxed) == UInt(pthread_self()) {
+            // The loop applies it before it sleeps (`applyRequest`), on this thread.
+            requested.store(key, ordering: .relaxed)
+            return
+        }
         armLock.lock()
         defer { armLock.unlock() }
-        requested = key
-        guard loopThread.load(ordering: .relaxed) != UInt(pthread_self()), key != armed else { return }
+        requested.store(key, ordering: .relaxed)
+        guard key != armed else { return }
         try armTimerFD(timerFD, at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
         armed = key
     }
@@ -279,8 +286,11 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     /// scheduler's latest request if it is not armed for that already.
     func runWithTimerFD(_ loop: OwnedLoop, firing scheduler: TimerScheduler) throws(TimerError) {
         var tokens = [UInt64](repeating: 0, count: 2)
+        var expired = false
         while !loop.isStopping {
-            if try applyRequest() {
+            let due = try applyRequest(timerExpired: expired)
+            expired = false
+            if due {
                 scheduler.fireDueTimers()
                 continue
             }
@@ -290,7 +300,10 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             counts.countWait()
             // A write of the eventfd only ends the wait: the loop condition sees a stop request.
             guard tokens.prefix(ready).contains(Self.timerToken) else { continue }
-            armLock.withLock { armed = .max }  // the expiry spent it (or another thread re-armed it since)
+            // The expiry spent the timerfd (or another thread re-armed it since): the next
+            // `applyRequest` counts it disarmed. Until then the loop is awake, and it arms the
+            // timerfd for any request before it sleeps.
+            expired = true
             scheduler.fireDueTimers()
         }
     }
@@ -300,17 +313,20 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     /// used up (the fire asks again for what it needs): the loop fires at once rather than arm a
     /// timer that expires as it is set (in a virtual machine, the costliest system call of a
     /// wake-up) and wait for it.
-    private func applyRequest() throws(TimerError) -> Bool {
+    /// `timerExpired`: the timerfd expired since the last call (it is no longer armed).
+    private func applyRequest(timerExpired: Bool) throws(TimerError) -> Bool {
         let now = MonotonicInstant.now().nanoseconds
         armLock.lock()
         defer { armLock.unlock() }
-        if requested <= now {
-            requested = .max
+        if timerExpired { armed = .max }
+        let wanted = requested.load(ordering: .relaxed)
+        if wanted <= now {
+            requested.store(.max, ordering: .relaxed)
             return true
         }
-        guard requested != armed else { return false }
-        try armTimerFD(timerFD, at: requested == .max ? .distantFuture : MonotonicInstant(nanoseconds: requested))
-        armed = requested
+        guard wanted != armed else { return false }
+        try armTimerFD(timerFD, at: wanted == .max ? .distantFuture : MonotonicInstant(nanoseconds: wanted))
+        armed = wanted
         counts.countRearm()
         return false
     }

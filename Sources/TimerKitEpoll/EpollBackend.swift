@@ -266,7 +266,7 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
 
     func request(_ key: UInt64) throws(TimerError) {
         guard timerFD >= 0 else {
-            if gate.request(key) { signal() }
+            if gate.request(key, fromLoop: loopThread.load(ordering: .relaxed) == UInt(pthread_self())) { signal() }
             return
         }
         if loopThread.load(ordering: .relaxed) == UInt(pthread_self()) {

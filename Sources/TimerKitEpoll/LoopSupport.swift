@@ -52,20 +52,26 @@ package final class LoopCounts: Sendable {
 /// Synchronization.Mutex: ThreadSanitizer sees it. Uncontended (no other thread touching the
 /// backend), a lock costs no system call.
 package final class SleepGate: @unchecked Sendable {
-    // @unchecked: every stored property is read and written under `lock`.
+    // @unchecked: `asleep` and `sleepingUntil` are read and written under `lock`; `requested` is
+    // an atomic, so that the loop's own requests (one a fire) need no lock.
     private let lock = FutexLock()
-    private var requested: UInt64 = .max
+    private let requested = Atomic<UInt64>(.max)
     private var asleep = false
     private var sleepingUntil: UInt64 = .max
 
     package init() {}
 
     /// Records the scheduler's request (`.max`: nothing to wait for) and says whether the
-    /// caller must wake the loop: it sleeps, and past `deadline`.
-    package func request(_ deadline: UInt64) -> Bool {
+    /// caller must wake the loop: it sleeps, and past `deadline`. From the loop's own thread
+    /// (`fromLoop`), which is awake, the request is only recorded, without the lock.
+    package func request(_ deadline: UInt64, fromLoop: Bool = false) -> Bool {
+        if fromLoop {
+            requested.store(deadline, ordering: .relaxed)
+            return false
+        }
         lock.lock()
         defer { lock.unlock() }
-        requested = deadline
+        requested.store(deadline, ordering: .relaxed)
         guard asleep, deadline < sleepingUntil else { return false }
         sleepingUntil = deadline  // a later request for the same wake-up needs no second signal
         return true
@@ -77,13 +83,14 @@ package final class SleepGate: @unchecked Sendable {
     package func goingToSleep(unlessDueBy now: UInt64) -> UInt64? {
         lock.lock()
         defer { lock.unlock() }
-        if requested <= now {
-            requested = .max
+        let wanted = requested.load(ordering: .relaxed)
+        if wanted <= now {
+            requested.store(.max, ordering: .relaxed)
             return nil
         }
         asleep = true
-        sleepingUntil = requested
-        return requested
+        sleepingUntil = wanted
+        return wanted
     }
 
     /// Called by the loop when its wait returns: requests made from now on are read before

@@ -301,7 +301,8 @@ private final class URingLoopState: OwnClockTimerDriver, @unchecked Sendable {
     /// another thread, a request earlier than the loop sleeps until also wakes it (an eventfd
     /// write, the read of which is queued on the ring).
     func wake(at deadline: MonotonicInstant) {
-        if gate.request(deadline == .distantFuture ? .max : deadline.nanoseconds) { signal() }
+        let key = deadline == .distantFuture ? UInt64.max : deadline.nanoseconds
+        if gate.request(key, fromLoop: loopThread.load(ordering: .relaxed) == UInt(pthread_self())) { signal() }
     }
 
     /// Records the request on `clock`. Another thread's request that is not later than the one

@@ -62,19 +62,30 @@ package final class SleepGate: @unchecked Sendable {
     package init() {}
 
     /// Records the scheduler's request (`.max`: nothing to wait for) and says whether the
-    /// caller must wake the loop: it sleeps, and past `deadline`. From the loop's own thread
-    /// (`fromLoop`), which is awake, the request is only recorded, without the lock.
-    package func request(_ deadline: UInt64, fromLoop: Bool = false) -> Bool {
-        if fromLoop {
-            requested.store(deadline, ordering: .relaxed)
-            return false
-        }
+    /// caller must wake the loop: it sleeps, and past `deadline`.
+    package func request(_ deadline: UInt64) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         requested.store(deadline, ordering: .relaxed)
         guard asleep, deadline < sleepingUntil else { return false }
         sleepingUntil = deadline  // a later request for the same wake-up needs no second signal
         return true
+    }
+
+    /// `request(_:)` from the loop's own thread, which is awake: the request is only recorded,
+    /// without the lock (the loop reads it as it goes to sleep).
+    package func requestFromLoop(_ deadline: UInt64) {
+        requested.store(deadline, ordering: .relaxed)
+    }
+
+    /// `request(_:)`, or `requestFromLoop(_:)` when the caller is the loop's thread (`fromLoop`).
+    @inline(__always)
+    package func request(_ deadline: UInt64, fromLoop: Bool) -> Bool {
+        if fromLoop {
+            requestFromLoop(deadline)
+            return false
+        }
+        return request(deadline)
     }
 
     /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken),

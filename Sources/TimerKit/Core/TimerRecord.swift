@@ -68,6 +68,13 @@ struct TimerRecord {
         callbackKind = kind
     }
 
+    /// `owner` without a retain, for a caller that the record keeps it alive for (a fire's
+    /// call: the record keeps its owner while a call of it runs).
+    @inline(__always)
+    var unretainedOwner: Unmanaged<AnyObject>? {
+        mutating get { withUnsafeMutablePointer(to: &owner) { UnsafeRawPointer($0).load(as: Unmanaged<AnyObject>?.self) } }
+    }
+
     // The bits hold only raw values these setters wrote (a free slot's zeros are `.scheduled`
     // and `.live`), so they are read back without the checked `init(rawValue:)`.
     var state: TimerState {

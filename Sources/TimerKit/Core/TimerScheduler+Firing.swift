@@ -6,8 +6,10 @@ extension TimerScheduler {
     /// One call, prepared under the lock and made outside it. It holds its own references to
     /// everything the call uses (a concurrent cancel may drop the record's).
     struct Call {
-        /// The timer's handle (its handler made the call), or its callback.
-        let owner: AnyObject
+        /// The timer's handle (its handler made the call), or its callback: not retained, since
+        /// the record keeps it while a call runs (a slot gives its owner up only once no call of
+        /// it runs, `freeIfIdleLocked`).
+        let owner: Unmanaged<AnyObject>
         let handler: @Sendable (Tick) -> Void
         /// The kind of the callback `owner` is, for a timer scheduled with a key; 0 otherwise.
         let kind: UInt8
@@ -29,7 +31,7 @@ extension TimerScheduler {
 
         /// The handle a tick names: the owner of a handle's timer, or the one made for a
         /// timer scheduled with a key.
-        var handle: TimerHandle? { kind == 0 ? unsafeDowncast(owner, to: TimerHandle.self) : keyedHandle }
+        var handle: TimerHandle? { kind == 0 ? unsafeDowncast(owner.takeUnretainedValue(), to: TimerHandle.self) : keyedHandle }
     }
 
     /// The most handlers one `fireDueTimers` call runs (SwiftNIO runs at most 4096 scheduled
@@ -169,13 +171,13 @@ extension TimerScheduler {
         }
         record.pointee.activeCalls += 1
         if let extras, extras.runsTasks { extras.tasksRunning += 1 }
-        let owner = record.pointee.owner ?? Self.endedHandlerOwner
+        let owner = record.pointee.unretainedOwner ?? Unmanaged.passUnretained(Self.endedHandlerOwner)
         let kind = record.pointee.callbackKind
         var keyedHandle: TimerHandle?
         var handler = Self.endedHandler
         let observers = extras.flatMap { $0.observers.isEmpty ? nil : $0.observers }
         if kind == 0 {
-            handler = unsafeDowncast(owner, to: TimerHandle.self).handler
+            handler = owner._withUnsafeGuaranteedRef { unsafeDowncast($0, to: TimerHandle.self).handler }
         } else if observed || observers != nil {
             keyedHandle = frontLocked(slot)
         }
@@ -271,19 +273,21 @@ extension TimerScheduler {
 
     @inline(__always)
     private func makeCall(_ call: borrowing Call) {
-        if call.kind != 0 {
-            callbackKinds.fire(
-                call.owner, kind: call.kind,
-                TimerFire(
-                    key: TimerKey(slot: call.slot, generation: call.generation, scheduler: serial), index: call.index,
-                    scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
-                    missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged))
-        } else {
-            call.handler(
-                Tick(
-                    index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled),
-                    actual: MonotonicInstant(nanoseconds: call.actual), missed: call.missed, interval: call.interval,
-                    clock: call.clock, clockChanged: call.clockChanged, timer: unsafeDowncast(call.owner, to: TimerHandle.self)))
+        call.owner._withUnsafeGuaranteedRef { owner in
+            if call.kind != 0 {
+                callbackKinds.fire(
+                    owner, kind: call.kind,
+                    TimerFire(
+                        key: TimerKey(slot: call.slot, generation: call.generation, scheduler: serial), index: call.index,
+                        scheduled: MonotonicInstant(nanoseconds: call.scheduled), actual: MonotonicInstant(nanoseconds: call.actual),
+                        missed: call.missed, interval: call.interval, clock: call.clock, clockChanged: call.clockChanged))
+            } else {
+                call.handler(
+                    Tick(
+                        index: call.index, scheduled: MonotonicInstant(nanoseconds: call.scheduled),
+                        actual: MonotonicInstant(nanoseconds: call.actual), missed: call.missed, interval: call.interval,
+                        clock: call.clock, clockChanged: call.clockChanged, timer: unsafeDowncast(owner, to: TimerHandle.self)))
+            }
         }
     }
 

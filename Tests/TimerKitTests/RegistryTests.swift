@@ -224,6 +224,29 @@ struct RegistryTests {
         #expect(busyTimers.allSatisfy { $0.currentState == .scheduled })
     }
 
+    /// A backend maps its first chunk of records and of its queue as it starts (nothing of them
+    /// resident until a timer is written), so that its first schedule maps nothing under the
+    /// lock; a backend that goes gives its chunk back as before.
+    @Test func aBackendMapsItsFirstChunksAsItStarts() throws {
+        let registry = TimerRegistry()
+        try {
+            let backend = ManualBackend(registry: registry)
+            #expect(backend.scheduler.storeChunkCount == 1)
+            #expect(backend.scheduler.monotonicQueueChunkCount == 1)
+            #expect(registry.chunkCount == 1)
+            let timer = try backend.schedule(.after(.seconds(1))) { _ in }
+            try backend.schedule(.after(.seconds(2)), calling: QuietTimeoutCallback())
+            #expect(registry.chunkCount == 1, "the first schedules lend no chunk")
+            #expect(backend.scheduler.storeChunkCount == 1)
+            #expect(backend.scheduler.monotonicQueueChunkCount == 1, "nor map a queue chunk")
+            backend.shutdown()
+            #expect(timer.currentState == .cancelled)
+        }()
+        let next = ManualBackend(registry: registry)
+        defer { next.shutdown() }
+        #expect(registry.chunkCount == 1, "the next backend reuses the chunk the first gave back as it went")
+    }
+
     @Test func aDroppedRegistryIsFreedOnceItsBackendsAreGone() throws {
         weak var weakRegistry: TimerRegistry?
         do {
@@ -237,4 +260,9 @@ struct RegistryTests {
         }
         #expect(weakRegistry == nil, "ended timers must not keep their registry alive")
     }
+}
+
+/// A callback that does nothing, for timers scheduled with a key.
+private final class QuietTimeoutCallback: TimerCallback {
+    func timerFired(_ fire: TimerFire) {}
 }

@@ -103,6 +103,11 @@ struct TimerQueue: ~Copyable {
         siftUp(Entry(key: key, sequence: sequence, slot: slot), intoHoleAt: count - 1)
     }
 
+    /// Maps the first chunk if the queue has none (see `TimerScheduler.prepareStoreLocked`).
+    mutating func mapFirstChunk() {
+        if chunkCount == 0 { _ = addChunk() }
+    }
+
     private mutating func addChunk() -> Bool {
         guard let chunk = Self.mapChunk() else { return false }
         if chunkCount == tableCapacity {

@@ -178,6 +178,9 @@ extension TimerScheduler {
     /// Chunks of slots the store holds (tests).
     package var storeChunkCount: Int { mutex.withLock { store.chunks.count } }
 
+    /// The chunks of entries the monotonic queue has mapped (tests).
+    package var monotonicQueueChunkCount: Int { mutex.withLock { queues.monotonic.heap.chunkCount } }
+
     /// The end waiters of `timer` (tests).
     package func endWaiterCount(of timer: TimerHandle) -> Int {
         mutex.withLock { liveOrBusyRecordLocked(timer)?.pointee.extras?.endWaiters.count ?? 0 }

@@ -5,7 +5,10 @@ public struct Tick: Sendable {
     /// The deadline this call was due at: its grid point, plus this fire's jitter when the
     /// schedule has one (`TimerSchedule/every(_:firstAfter:count:jitter:)`).
     public let scheduled: MonotonicInstant
-    /// When the handler was started, on the same clock.
+    /// When the handler was started, on the same clock: a reading of it taken after the timer
+    /// came due and before the call (for the first call of a wake-up, the wake-up's reading; for
+    /// the next, the end of the call before it while statistics time the calls, or a reading of
+    /// its own).
     public let actual: MonotonicInstant
     /// Grid points this call was too late for, dropped under `.skip` and `.delay`
     /// (0 when on time, and always 0 under `.burst`, which delivers them).

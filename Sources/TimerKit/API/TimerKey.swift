@@ -50,7 +50,7 @@ public struct TimerFire: Sendable {
     public let index: Int
     /// The deadline this call was due at (plus this fire's jitter, when the schedule has one).
     public let scheduled: MonotonicInstant
-    /// When the call began, on the same clock.
+    /// When the call began, on the same clock (as `Tick/actual`).
     public let actual: MonotonicInstant
     /// Grid points this call was too late for (see `Tick/missed`).
     public let missed: Int

@@ -72,20 +72,13 @@ package final class SleepGate: @unchecked Sendable {
         return true
     }
 
-    /// `request(_:)` from the loop's own thread, which is awake: the request is only recorded,
-    /// without the lock (the loop reads it as it goes to sleep).
-    package func requestFromLoop(_ deadline: UInt64) {
-        requested.store(deadline, ordering: .relaxed)
-    }
-
-    /// `request(_:)`, or `requestFromLoop(_:)` when the caller is the loop's thread (`fromLoop`).
+    /// `request(_:)`, from the loop's own thread when `fromLoop`: the loop is awake then, so
+    /// the request is only recorded, without the lock (the loop reads it as it goes to sleep).
     @inline(__always)
     package func request(_ deadline: UInt64, fromLoop: Bool) -> Bool {
-        if fromLoop {
-            requestFromLoop(deadline)
-            return false
-        }
-        return request(deadline)
+        guard fromLoop else { return request(deadline) }
+        requested.store(deadline, ordering: .relaxed)
+        return false
     }
 
     /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken),

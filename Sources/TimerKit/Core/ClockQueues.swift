@@ -34,26 +34,28 @@ struct ClockQueue: ~Copyable {
     /// Returns false, changing nothing, when the queue needs memory and gets none.
     @inline(__always)
     mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: RecordTable) -> Bool {
-        if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
-            heap.replaceTop(slot, key: key, sequence: sequence)
-            dead -= 1
-        } else if !heap.insert(slot, key: key, sequence: sequence) {
-            return false
+        if !tookDeadTop(slot, key: key, sequence: sequence, in: store) {
+            guard heap.insert(slot, key: key, sequence: sequence) else { return false }
         }
-        firedTopMayBeDead = false
         return true
     }
 
     /// `insert`, where the caller has seen `heap.hasRoom`: it cannot fail.
     @inline(__always)
     mutating func insert(intoRoom slot: UInt32, key: UInt64, sequence: UInt64, in store: RecordTable) {
-        if firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) {
-            heap.replaceTop(slot, key: key, sequence: sequence)
-            dead -= 1
-        } else {
-            heap.insert(intoRoom: slot, key: key, sequence: sequence)
-        }
-        firedTopMayBeDead = false
+        if !tookDeadTop(slot, key: key, sequence: sequence, in: store) { heap.insert(intoRoom: slot, key: key, sequence: sequence) }
+    }
+
+    /// Files the new entry in the place of the earliest one if a fire left that dead
+    /// (`entryLeftDeadAtTop`) and it still is; returns whether it did. Either way the hint is
+    /// used up.
+    @inline(__always)
+    private mutating func tookDeadTop(_ slot: UInt32, key: UInt64, sequence: UInt64, in store: RecordTable) -> Bool {
+        defer { firedTopMayBeDead = false }
+        guard firedTopMayBeDead, let top = heap.top, Self.isDead(top, in: store) else { return false }
+        heap.replaceTop(slot, key: key, sequence: sequence)
+        dead -= 1
+        return true
     }
 
     /// The entry `sequence` no longer stands for its timer (whose `entrySequence` the caller

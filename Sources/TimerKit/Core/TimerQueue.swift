@@ -88,7 +88,7 @@ struct TimerQueue: ~Copyable {
     /// Files a new entry. Returns false, changing nothing, when the queue needs a chunk and the
     /// kernel has no memory for it (`errno` says why).
     mutating func insert(_ slot: UInt32, key: UInt64, sequence: UInt64) -> Bool {
-        if !hasRoom, !addChunk() { return false }
+        guard hasRoom || addChunk() else { return false }
         insert(intoRoom: slot, key: key, sequence: sequence)
         return true
     }

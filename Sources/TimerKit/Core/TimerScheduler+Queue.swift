@@ -169,11 +169,10 @@ extension TimerScheduler {
     /// what such a timer cannot have (`add`). It calls `owner`, of callback kind `kind` (0: a
     /// `TimerHandle`, which `placing` is, and which learns its slot here): the record takes the
     /// caller's +1 reference; where the timer is not added, it stays the caller's. Returns its
-    /// slot and
-    /// generation; nil, having changed nothing, where the scheduler is not in its plain state:
-    /// shut down, at its cap, its registry capped, no slot or queue room left without mapping
-    /// more, or keeping handles as keyed timers. The general path then adds the timer or says
-    /// why not.
+    /// slot and generation; nil, having changed nothing, where the scheduler is not in its
+    /// plain state: shut down, at its cap, its registry capped, no slot or queue room left
+    /// without mapping more, or keeping handles as keyed timers. The general path then adds
+    /// the timer or says why not.
     @inline(__always)
     func addTimeout(
         deadline: UInt64, policy: MissedTickPolicy, owner: Unmanaged<AnyObject>, kind: UInt8, placing handle: Unmanaged<TimerHandle>?
@@ -197,9 +196,7 @@ extension TimerScheduler {
         let generation = record.pointee.generation
         handle?._withUnsafeGuaranteedRef { $0.place(slot: slot, generation: generation) }
         queues.monotonic.insert(intoRoom: slot, key: deadline, sequence: nextSequence, in: store.table)
-        // As `queueLocked` arms the driver.
-        let wanted = queues.onlyMonotonic ? min(deadline, queues.monotonic.heap.topKey ?? deadline) : earliestWakeLocked(nil)
-        guard wanted < armedKey, wanted < Self.horizonNanoseconds else {
+        guard let wanted = wakeNeededLocked(forMonotonic: deadline) else {
             // Nothing ended and no event was queued: the section owes nothing to settle.
             checkInvariantsLocked()
             mutex.unlock()
@@ -207,6 +204,16 @@ extension TimerScheduler {
         }
         try wakeAndUnlock(at: wanted, forNew: slot)
         return (slot, generation)
+    }
+
+    /// When the driver must now wake, a timer having just been queued on the monotonic clock
+    /// for `key`; nil when it is armed early enough already. The earliest wake-up, not only
+    /// this timer's: after a refused wake-up the driver may be armed later than an entry
+    /// already queued (then it wakes once more than needed).
+    @inline(__always)
+    func wakeNeededLocked(forMonotonic key: UInt64) -> UInt64? {
+        let wanted = queues.onlyMonotonic ? min(key, queues.monotonic.heap.topKey ?? key) : earliestWakeLocked(nil)
+        return wanted < armedKey && wanted < Self.horizonNanoseconds ? wanted : nil
     }
 
     /// Arms the driver for `wanted`, the new timer in `slot` now the earliest, and unlocks; if
@@ -371,18 +378,18 @@ extension TimerScheduler {
             throw .systemCall(call: "mmap", errno: errno)
         }
         record.pointee.entrySequence = nextSequence
-        // The earliest wake-up, not only this timer's: after a refused wake-up the driver may be
-        // armed later than an entry already queued (then it wakes once more than needed).
+        // The earliest wake-up, not only this timer's (see `wakeNeededLocked`).
         let wanted: UInt64
         if clock == .monotonic {
-            wanted = queues.onlyMonotonic ? min(key, queues.monotonic.heap.topKey ?? key) : earliestWakeLocked(nil)
+            guard let monotonic = wakeNeededLocked(forMonotonic: key) else { return }
+            wanted = monotonic
         } else if hasOwnClockDriver {
             rearmOwnClockLocked(clock)
             return
         } else {
             wanted = earliestWakeLocked(nil)
+            guard wanted < armedKey, wanted < Self.horizonNanoseconds else { return }
         }
-        guard wanted < armedKey, wanted < Self.horizonNanoseconds else { return }
         do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
             killEntryLocked(slot)
             throw error

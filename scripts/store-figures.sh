@@ -5,26 +5,32 @@
 # has them) REPEATS times, interleaved and in a rotating order of commits, and prints the median of
 # each figure as a Markdown table. Raw runs go to $OUT/runs.jsonl.
 #
-#     scripts/store-figures.sh [-r REPEATS] [-n "1000 100000 1000000"] [-b "manual epoll"] COMMIT...
+#     scripts/store-figures.sh [-r REPEATS] [-n "1000 100000 1000000"] [-b "manual epoll"] [-g] COMMIT...
+#
+# -g: the resets and cancels read their operands in the order they use them (the harness's
+# `gathered`), so that their times hold the store's cache misses and not the harness's own.
 #
 # A quiet machine gives the steadiest figures; the medians of interleaved runs are what to compare.
 set -euo pipefail
 repeats=5
 counts="1000 100000 1000000"
 backends="manual epoll"
-while getopts "r:n:b:" option; do
+order=""
+while getopts "r:n:b:g" option; do
     case $option in
         r) repeats=$OPTARG ;;
         n) counts=$OPTARG ;;
         b) backends=$OPTARG ;;
+        g) order=gathered ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-r REPEATS] [-n COUNTS] [-b BACKENDS] COMMIT..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-r REPEATS] [-n COUNTS] [-b BACKENDS] [-g] COMMIT..." >&2; exit 2; }
 
 root=$(git rev-parse --show-toplevel)
 harness=$root/Benchmarks/StoreFigures/main.swift
+harness_version=$(sha1sum "$harness" | cut -c1-8)
 out=${OUT:-/tmp/store-figures}
 mkdir -p "$out"
 : > "$out/runs.jsonl"
@@ -33,7 +39,8 @@ commits=()
 for commit in "$@"; do
     sha=$(git -C "$root" rev-parse --short=7 "$commit^{commit}")
     commits+=("$sha")
-    dir=$out/$sha
+    # A build is kept for its commit and this harness: a changed harness builds anew.
+    dir=$out/$sha-$harness_version
     if [ ! -x "$dir/bin/store-figures" ]; then
         rm -rf "$dir"
         mkdir -p "$dir/TimerKit" "$dir/harness/Sources"
@@ -77,10 +84,10 @@ for ((repeat = 1; repeat <= repeats; repeat++)); do
             order=("${commits[@]:rotation}" "${commits[@]:0:rotation}")
             for sha in "${order[@]}"; do
                 for path in handles keys; do
-                    [ $path = keys ] && [ ! -f "$out/$sha/bin/has-keys" ] && continue
+                    [ $path = keys ] && [ ! -f "$out/$sha-$harness_version/bin/has-keys" ] && continue
                     extra=""
                     [ $path = keys ] && extra=keys
-                    line=$("$out/$sha/bin/store-figures" "$backend" "$count" $extra)
+                    line=$("$out/$sha-$harness_version/bin/store-figures" "$backend" "$count" $extra $order)
                     echo "{\"commit\": \"$sha\", \"backend\": \"$backend\", \"count\": $count, \"path\": \"$path\", \"repeat\": $repeat, \"figures\": $line}" >> "$out/runs.jsonl"
                 done
             done

@@ -1,7 +1,9 @@
 /// Why a timer ended: what `TimerHandle/ended`, `TimerHandle/endReason` and
 /// `TimerHandle/onEnd(_:)` report, so that callers need not infer it.
 public enum TimerEndReason: Sendable, Equatable, CustomStringConvertible {
-    /// It fired its last tick: a one-shot's, or a counted repeat's last.
+    /// It fired its last tick, and that call returned: a one-shot's, or a counted repeat's last.
+    /// A timer is live until its last call returns: one cancelled, or whose backend shuts down,
+    /// while that call runs ends for that reason, with the call counted in its fires.
     case completed
     /// It was cancelled: through its handle (`TimerHandle/cancel()`, `cancelAndWait()`, or
     /// code that holds it for you: a released `OwnedTimer`, a cancelled sleep or tick sequence).

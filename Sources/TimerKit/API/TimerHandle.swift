@@ -114,7 +114,10 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// its missed-tick policy (`.skip`: fire once now). Resuming a scheduled timer does nothing.
     public func resume() throws(TimerError) { try scheduler.resume(self) }
 
-    /// Replaces the timer's schedule, keeping its name, handler and registry entry.
+    /// Replaces the timer's schedule, keeping its name, handler and registry entry. A suspended
+    /// timer stays suspended, on its new schedule, until `resume()`. A one-shot is live until
+    /// its call returns: rescheduled while that call runs (from its handler or from another
+    /// thread), it makes another call on its new schedule.
     public func reschedule(_ schedule: TimerSchedule) throws(TimerError) { try scheduler.reschedule(self, schedule) }
 
     /// Adds hooks that run around each of this timer's handler calls.

@@ -72,6 +72,11 @@ extension TimerBackend {
     /// Otherwise as `schedule(_:name:tolerance:missedTicks:handler:)`: the same registry (listed,
     /// found and cancelled by name), policies and errors.
     ///
+    /// A schedule that throws for bad input, a cap or a shut-down backend adds no timer and
+    /// calls nothing of `callback`. One that throws because the backend's driver refused to arm
+    /// the new timer's wake-up has added it: that timer is ended first, and `callback` hears
+    /// `TimerCallback/timerEnded(_:reason:fires:)` with `.cancelled` and 0 fires.
+    ///
     /// ```swift
     /// final class Connection: TimerCallback {
     ///     func timerFired(_ fire: TimerFire) { close() }   // idle for 30 s
@@ -103,7 +108,9 @@ extension TimerBackend {
     /// Cancels the timer `key` names. Idempotent: nothing happens if it has ended.
     public func cancel(_ key: TimerKey) { unretainedScheduler.withBorrowed { $0.cancel(key) } }
 
-    /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`).
+    /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`: a
+    /// suspended timer stays suspended; a one-shot rescheduled while its call runs makes another
+    /// call).
     /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors.
     public func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
         try withScheduler { scheduler throws(TimerError) in try scheduler.reschedule(key, schedule) }

@@ -8,6 +8,9 @@ extension Checks {
         .init("oneShotAtADeadline", .contract, oneShotAtADeadline),
         .init("timersFireInDeadlineOrder", .contract, timersFireInDeadlineOrder),
         .init("equalDeadlinesFireInSchedulingOrder", .contract, equalDeadlinesFireInSchedulingOrder),
+        .init(
+            "aRescheduledTimerTakesItsPlaceAmongEqualDeadlinesAsOfItsReschedule", .contract,
+            aRescheduledTimerTakesItsPlaceAmongEqualDeadlinesAsOfItsReschedule),
         .init("repeatsWithACountStayOnTheGrid", .contract, repeatsWithACountStayOnTheGrid),
         .init("skipDropsMissedTicksAndStaysOnTheGrid", .contract, skipDropsMissedTicksAndStaysOnTheGrid),
         .init("burstDeliversEveryMissedTick", .contract, burstDeliversEveryMissedTick),
@@ -18,6 +21,7 @@ extension Checks {
         .init("noHandlerBeginsAfterCancelAndWaitReturns", .contract, noHandlerBeginsAfterCancelAndWaitReturns),
         .init("operationsAfterCancelAreTypedErrors", .contract, operationsAfterCancelAreTypedErrors),
         .init("aHandlerCanCancelItself", .contract, aHandlerCanCancelItself),
+        .init("aOneShotIsLiveUntilItsCallReturns", .contract, aOneShotIsLiveUntilItsCallReturns),
         .init("cancelAndWaitWaitsForARunningHandler", .contract, cancelAndWaitWaitsForARunningHandler),
         .init(
             "aCallAlreadyBegunRunsItsHandlerAfterCancelAndCancelAndWaitWaitsForIt", .contract,

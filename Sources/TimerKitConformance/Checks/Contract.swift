@@ -71,6 +71,31 @@ enum Checks {
         #expect(order.current == Array(0..<50))
     }
 
+    static func aRescheduledTimerTakesItsPlaceAmongEqualDeadlinesAsOfItsReschedule(_ kind: BackendUnderTest) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let order = Locked<[String]>([])
+        let failure = Locked<(any Error)?>(nil)
+        // From inside a handler, as in `timersFireInDeadlineOrder`: a stalled thread leaves all
+        // four due together, in the order of their last schedule or reschedule.
+        let backend = h.backend
+        try backend.schedule(.after(.zero)) { _ in
+            let soon = backend.now() + ms(10)
+            let deadline = soon + ms(10)
+            do {
+                let movedLater = try backend.schedule(.at(soon)) { _ in order.withLock { $0.append("moved later") } }
+                try backend.schedule(.at(deadline)) { _ in order.withLock { $0.append("first") } }
+                let movedEarlier = try backend.schedule(.at(deadline + ms(500))) { _ in order.withLock { $0.append("moved earlier") } }
+                try backend.schedule(.at(deadline)) { _ in order.withLock { $0.append("second") } }
+                try movedLater.reschedule(.at(deadline))
+                try movedEarlier.reschedule(.at(deadline))
+            } catch { failure.withLock { $0 = error } }
+        }
+        #expect(h.waitUntil { order.current.count == 4 || failure.current != nil })
+        #expect(failure.current == nil)
+        #expect(order.current == ["first", "second", "moved later", "moved earlier"])
+    }
+
     static func repeatsWithACountStayOnTheGrid(_ kind: BackendUnderTest) throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }
@@ -232,6 +257,28 @@ enum Checks {
         #expect(h.waitUntil { timer.currentState == .cancelled })
         h.pass(ms(20))
         #expect(log.count == 3)
+    }
+
+    static func aOneShotIsLiveUntilItsCallReturns(_ kind: BackendUnderTest) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        // Rescheduled from its own call, a one-shot makes another; cancelled from it, it ends
+        // cancelled, that call counted.
+        let calls = Locked(0)
+        let timer = try h.backend.schedule(.after(ms(2))) { tick in
+            let call = calls.withLock {
+                $0 += 1
+                return $0
+            }
+            if call == 1 { try? tick.timer.reschedule(.after(ms(2))) } else { tick.timer.cancel() }
+        }
+        #expect(h.waitUntil { timer.endReason != nil })
+        #expect(calls.current == 2)
+        #expect(timer.endReason == .cancelled && timer.fireCount == 2)
+        // Its backend shut down from its call, it ends for that.
+        let shutting = try h.backend.schedule(.after(ms(2))) { [backend = h.backend] _ in backend.shutdown() }
+        #expect(h.waitUntil { shutting.endReason != nil })
+        #expect(shutting.endReason == .backendShutDown && shutting.fireCount == 1)
     }
 
     static func cancelAndWaitWaitsForARunningHandler(_ kind: BackendUnderTest) throws {

@@ -2,174 +2,12 @@ import Foundation
 import Testing
 import TimerKit
 import TimerKitEpoll
+import TimerKitTestSupport
 
 // Adversarial tests of the timeout path (`.after(d)`, by key and by handle, and
 // `reschedule(_, .after(d))`) on EpollBackend: real time, its own loop thread. Every test runs
 // its body under a watchdog (a hang fails within seconds), and time bounds are generous: "not
 // early" is checked exactly, "on time" only as "within a few seconds".
-
-// MARK: - Helpers (file-private, prefixed so they cannot clash with the target's other files)
-
-// @unchecked: `value` is read and written only under `lock`.
-private final class EpBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func with<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-    var get: Value { with { $0 } }
-}
-
-private final class EpLog: Sendable {
-    struct Fire: Sendable {
-        let tag: Int
-        let scheduled: MonotonicInstant
-        let actual: MonotonicInstant
-        /// MonotonicInstant.now() read in the handler.
-        let seen: MonotonicInstant
-        let thread: UInt
-    }
-    struct End: Sendable, Equatable {
-        let tag: Int
-        let reason: TimerEndReason
-        let fires: Int
-    }
-    private let state = EpBox<(fires: [Fire], ends: [End])>(([], []))
-    func fired(_ tag: Int, scheduled: MonotonicInstant, actual: MonotonicInstant) {
-        let fire = Fire(tag: tag, scheduled: scheduled, actual: actual, seen: .now(), thread: UInt(pthread_self()))
-        state.with { $0.fires.append(fire) }
-    }
-    func ended(_ tag: Int, _ reason: TimerEndReason, fires: Int) {
-        state.with { $0.ends.append(End(tag: tag, reason: reason, fires: fires)) }
-    }
-    var fires: [Fire] { state.get.fires }
-    var firedTags: [Int] { fires.map(\.tag) }
-    var ends: [End] { state.get.ends }
-    var endCount: Int { state.with { $0.ends.count } }
-    var fireCount: Int { state.with { $0.fires.count } }
-}
-
-private final class EpCallback: TimerCallback, Sendable {
-    let tag: Int
-    let log: EpLog
-    let onFire: (@Sendable (TimerFire) -> Void)?
-    let onEnded: (@Sendable (TimerKey, TimerEndReason, Int) -> Void)?
-    let onDeinit: (@Sendable () -> Void)?
-    init(
-        tag: Int, log: EpLog, onFire: (@Sendable (TimerFire) -> Void)? = nil,
-        onEnded: (@Sendable (TimerKey, TimerEndReason, Int) -> Void)? = nil, onDeinit: (@Sendable () -> Void)? = nil
-    ) {
-        self.tag = tag
-        self.log = log
-        self.onFire = onFire
-        self.onEnded = onEnded
-        self.onDeinit = onDeinit
-    }
-    func timerFired(_ fire: TimerFire) {
-        log.fired(tag, scheduled: fire.scheduled, actual: fire.actual)
-        onFire?(fire)
-    }
-    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
-        log.ended(tag, reason, fires: fires)
-        onEnded?(key, reason, fires)
-    }
-    deinit { onDeinit?() }
-}
-
-private enum EpPath: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case key, handle
-    var testDescription: String { rawValue }
-}
-
-private enum EpHeld: Sendable {
-    case key(TimerKey)
-    case handle(TimerHandle)
-}
-
-extension TimerBackend {
-    fileprivate func epTimeout(
-        _ delay: Duration, tag: Int, path: EpPath, log: EpLog, onFire: (@Sendable () -> Void)? = nil
-    ) throws(TimerError) -> EpHeld {
-        switch path {
-        case .key:
-            var fireHook: (@Sendable (TimerFire) -> Void)? = nil
-            if let onFire { fireHook = { _ in onFire() } }
-            return .key(try schedule(.after(delay), calling: EpCallback(tag: tag, log: log, onFire: fireHook)))
-        case .handle:
-            let handle = try schedule(.after(delay)) { tick in
-                log.fired(tag, scheduled: tick.scheduled, actual: tick.actual)
-                onFire?()
-            }
-            handle.onEnd { [handle] reason in log.ended(tag, reason, fires: handle.fireCount) }
-            return .handle(handle)
-        }
-    }
-    fileprivate func epCancel(_ held: EpHeld) {
-        switch held {
-        case let .key(key): cancel(key)
-        case let .handle(handle): handle.cancel()
-        }
-    }
-    fileprivate func epReschedule(_ held: EpHeld, _ delay: Duration) throws(TimerError) {
-        switch held {
-        case let .key(key): try reschedule(key, .after(delay))
-        case let .handle(handle): try handle.reschedule(.after(delay))
-        }
-    }
-    fileprivate func epIsActive(_ held: EpHeld) -> Bool {
-        switch held {
-        case let .key(key): isActive(key)
-        case let .handle(handle): handle.isActive
-        }
-    }
-}
-
-/// Runs `body` on a thread of its own and waits at most `seconds`: a hang records an issue (the
-/// thread is left behind) instead of hanging the run. Returns nil after a time-out.
-private func epWatchdog<T: Sendable>(
-    _ seconds: Double = 10, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: @escaping @Sendable () throws -> T
-) throws -> T? {
-    let result = EpBox<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    let thread = Thread {
-        let outcome = Result { try body() }
-        result.with { $0 = outcome }
-        done.signal()
-    }
-    thread.stackSize = 8 << 20
-    thread.start()
-    guard done.wait(timeout: .now() + seconds) == .success else {
-        Issue.record("watchdog: \(what) did not finish within \(seconds) s (hang or deadlock)", sourceLocation: sourceLocation)
-        return nil
-    }
-    return try result.get!.get()
-}
-
-/// Polls `condition` every millisecond for at most `seconds`; whether it came true.
-private func epWait(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let end = MonotonicInstant.now() + .milliseconds(Int64(seconds * 1000))
-    while MonotonicInstant.now() < end {
-        if condition() { return true }
-        usleep(1000)
-    }
-    return condition()
-}
-
-private struct EpRandom {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-}
 
 private func ms(_ n: Int) -> Duration { .milliseconds(n) }
 
@@ -186,23 +24,23 @@ struct TimeoutPathAdversarialEpollTests {
     /// 60 timeouts scheduled in an order opposite to their deadlines: each fires once, never
     /// before its deadline (deadline = the reading at `schedule` + delay), on the loop thread,
     /// in deadline order, and not absurdly late.
-    @Test(arguments: EpPath.allCases)
-    fileprivate func timeoutsFireOnceInDeadlineOrderAndNeverEarly(path: EpPath) throws {
-        let result = try epWatchdog(15, "timeouts on epoll (\(path))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func timeoutsFireOnceInDeadlineOrderAndNeverEarly(path: TimerPath) throws {
+        let result = try runUnderWatchdog(15, "timeouts on epoll (\(path))") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
+            let log = TimerLog()
             var window: [(before: MonotonicInstant, after: MonotonicInstant, delay: Duration)] = []
             for tag in 0..<60 {
                 let delay = ms(150 - 2 * tag)  // later scheduled, earlier due
                 let before = MonotonicInstant.now()
-                _ = try backend.epTimeout(delay, tag: tag, path: path, log: log)
+                _ = try backend.scheduleTimeout(delay, tag: tag, path: path, log: log)
                 window.append((before, .now(), delay))
             }
             let schedulingEnded = MonotonicInstant.now()
             let firstDeadline = window.map { $0.before + $0.delay }.min()!
             var out: [String] = []
-            if !epWait(10, { log.endCount == 60 }) { out.append("only \(log.endCount) of 60 ended within 10 s") }
+            if !poll(for: 10, until: { log.endCount == 60 }) { out.append("only \(log.endCount) of 60 ended within 10 s") }
             let fires = log.fires
             if fires.count != 60 { out.append("\(fires.count) fires, expected 60") }
             if Set(fires.map(\.tag)).count != fires.count { out.append("a timer fired twice: \(fires.map(\.tag))") }
@@ -231,25 +69,25 @@ struct TimeoutPathAdversarialEpollTests {
 
     /// The earliest cancelled, one moved later, one moved earlier (from 5 s), one unparked from
     /// `.seconds(Int64.max)`: the rest fire at their (new) deadlines, never at old ones.
-    @Test(arguments: EpPath.allCases)
-    fileprivate func cancelAndMoveOnARealLoop(path: EpPath) throws {
-        let result = try epWatchdog(15, "cancel and move on epoll (\(path))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func cancelAndMoveOnARealLoop(path: TimerPath) throws {
+        let result = try runUnderWatchdog(15, "cancel and move on epoll (\(path))") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
+            let log = TimerLog()
             let t0 = MonotonicInstant.now()
-            let a = try backend.epTimeout(ms(30), tag: 0, path: path, log: log)  // cancelled
-            _ = try backend.epTimeout(ms(80), tag: 1, path: path, log: log)  // untouched
-            let c = try backend.epTimeout(.seconds(5), tag: 2, path: path, log: log)  // moved earlier: 120 ms
-            let d = try backend.epTimeout(.seconds(Int64.max), tag: 3, path: path, log: log)  // unparked: 150 ms
-            let e = try backend.epTimeout(ms(40), tag: 4, path: path, log: log)  // moved later: 400 ms
-            backend.epCancel(a)
-            try backend.epReschedule(c, ms(120))
-            try backend.epReschedule(d, ms(150))
+            let a = try backend.scheduleTimeout(ms(30), tag: 0, path: path, log: log)  // cancelled
+            _ = try backend.scheduleTimeout(ms(80), tag: 1, path: path, log: log)  // untouched
+            let c = try backend.scheduleTimeout(.seconds(5), tag: 2, path: path, log: log)  // moved earlier: 120 ms
+            let d = try backend.scheduleTimeout(.seconds(Int64.max), tag: 3, path: path, log: log)  // unparked: 150 ms
+            let e = try backend.scheduleTimeout(ms(40), tag: 4, path: path, log: log)  // moved later: 400 ms
+            backend.cancel(held: a)
+            try backend.reschedule(held: c, after: ms(120))
+            try backend.reschedule(held: d, after: ms(150))
             let movedAt = MonotonicInstant.now()
-            try backend.epReschedule(e, ms(400))
+            try backend.reschedule(held: e, after: ms(400))
             var out: [String] = []
-            if !epWait(10, { log.fireCount == 4 }) { out.append("only \(log.firedTags) fired within 10 s") }
+            if !poll(for: 10, until: { log.fireCount == 4 }) { out.append("only \(log.firedTags) fired within 10 s") }
             usleep(50_000)
             let fires = log.fires
             if fires.map(\.tag) != [1, 2, 3, 4] { out.append("fired \(fires.map(\.tag)), expected [1, 2, 3, 4]") }
@@ -260,7 +98,7 @@ struct TimeoutPathAdversarialEpollTests {
                 if fire.seen < t0 + least { out.append("tag \(fire.tag) ran \(fire.seen - t0) after start, before \(least)") }
                 if fire.seen - base > .seconds(3) { out.append("tag \(fire.tag) ran \(fire.seen - base) late") }
             }
-            if backend.epIsActive(a) { out.append("the cancelled timer is active") }
+            if backend.isActive(held: a) { out.append("the cancelled timer is active") }
             if log.ends.filter({ $0.tag == 0 }) != [.init(tag: 0, reason: .cancelled, fires: 0)] { out.append("ends: \(log.ends)") }
             return out
         }
@@ -270,32 +108,34 @@ struct TimeoutPathAdversarialEpollTests {
     /// `.after(.zero)` and sub-millisecond timeouts fire promptly; parked ones (`.seconds(Int64.max)`,
     /// the largest Duration, 1e300 s, exactly at the horizon) do not fire at once (a native timer
     /// reading them as past would) and stay scheduled.
-    @Test(arguments: EpPath.allCases)
-    fileprivate func zeroAndParkedTimeouts(path: EpPath) throws {
-        let result = try epWatchdog(15, "zero and parked timeouts on epoll (\(path))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func zeroAndParkedTimeouts(path: TimerPath) throws {
+        let result = try runUnderWatchdog(15, "zero and parked timeouts on epoll (\(path))") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
+            let log = TimerLog()
             var out: [String] = []
-            let parked: [EpHeld] = [
-                try backend.epTimeout(.seconds(Int64.max), tag: 10, path: path, log: log),
-                try backend.epTimeout(
+            let parked: [HeldTimer] = [
+                try backend.scheduleTimeout(.seconds(Int64.max), tag: 10, path: path, log: log),
+                try backend.scheduleTimeout(
                     Duration(secondsComponent: Int64.max, attosecondsComponent: 999_999_999_999_999_999), tag: 11, path: path, log: log),
-                try backend.epTimeout(MonotonicInstant.horizon - .now(), tag: 12, path: path, log: log),
+                try backend.scheduleTimeout(MonotonicInstant.horizon - .now(), tag: 12, path: path, log: log),
             ]
             let bigSeconds = try backend.schedule(.after(seconds: 1e300)) { _ in
                 log.fired(13, scheduled: .distantFuture, actual: .distantFuture)
             }
-            for tag in 0..<5 { _ = try backend.epTimeout(tag % 2 == 0 ? .zero : .microseconds(100 * tag), tag: tag, path: path, log: log) }
-            if !epWait(5, { log.fireCount >= 5 }) { out.append("zero timeouts did not fire within 5 s: \(log.firedTags)") }
+            for tag in 0..<5 {
+                _ = try backend.scheduleTimeout(tag % 2 == 0 ? .zero : .microseconds(100 * tag), tag: tag, path: path, log: log)
+            }
+            if !poll(for: 5, until: { log.fireCount >= 5 }) { out.append("zero timeouts did not fire within 5 s: \(log.firedTags)") }
             usleep(300_000)
             if Set(log.firedTags) != Set(0..<5) || log.fireCount != 5 { out.append("fired \(log.firedTags)") }
             for fire in log.fires where fire.seen < fire.scheduled { out.append("tag \(fire.tag) early") }
-            for (i, held) in parked.enumerated() where !backend.epIsActive(held) { out.append("parked \(i) ended") }
+            for (i, held) in parked.enumerated() where !backend.isActive(held: held) { out.append("parked \(i) ended") }
             if !bigSeconds.isActive { out.append("1e300 s ended") }
             // A parked one moved near fires.
-            try backend.epReschedule(parked[0], ms(20))
-            if !epWait(5, { log.firedTags.contains(10) }) { out.append("the unparked timer did not fire within 5 s") }
+            try backend.reschedule(held: parked[0], after: ms(20))
+            if !poll(for: 5, until: { log.firedTags.contains(10) }) { out.append("the unparked timer did not fire within 5 s") }
             return out
         }
         if let result { #expect(result == []) }
@@ -308,32 +148,32 @@ struct TimeoutPathAdversarialEpollTests {
     @Test func concurrentScheduleCancelRescheduleWhileFiring() throws {
         let threads = 4
         let perThread = 1500
-        let result = try epWatchdog(30, "concurrent timeouts on epoll") { () throws -> (problems: [String], info: String) in
+        let result = try runUnderWatchdog(30, "concurrent timeouts on epoll") { () throws -> (problems: [String], info: String) in
             let registry = TimerRegistry()
             let backend = try EpollBackend(registry: registry)
             defer { backend.shutdown() }
-            let log = EpLog()
-            let problems = EpBox(EpProblems())
-            let cancelledByUs = EpBox(Set<Int>())
-            let touched = EpBox(Set<Int>())
+            let log = TimerLog()
+            let problems = Locked(EpProblems())
+            let cancelledByUs = Locked(Set<Int>())
+            let touched = Locked(Set<Int>())
             /// Per timer, its reschedules: when the call began and returned, the delay, and whether it succeeded.
-            let reschedules = EpBox([Int: [(begin: MonotonicInstant, end: MonotonicInstant, delay: Duration, ok: Bool)]]())
-            let cancels = EpBox([Int: MonotonicInstant]())  // when our cancel returned
+            let reschedules = Locked([Int: [(begin: MonotonicInstant, end: MonotonicInstant, delay: Duration, ok: Bool)]]())
+            let cancels = Locked([Int: MonotonicInstant]())  // when our cancel returned
             let group = DispatchGroup()
             for t in 0..<threads {
                 group.enter()
                 Thread {
                     defer { group.leave() }
-                    var rng = EpRandom(state: UInt64(t + 1) * 7919)
-                    var recent: [(Int, EpHeld)] = []
+                    var rng = SplitMix64(state: UInt64(t + 1) * 7919)
+                    var recent: [(Int, HeldTimer)] = []
                     for i in 0..<perThread {
                         let tag = t * perThread + i
-                        let path: EpPath = rng.below(2) == 0 ? .key : .handle
+                        let path: TimerPath = rng.below(2) == 0 ? .key : .handle
                         do {
-                            let held = try backend.epTimeout(.microseconds(rng.below(5_000)), tag: tag, path: path, log: log)
+                            let held = try backend.scheduleTimeout(.microseconds(rng.below(5_000)), tag: tag, path: path, log: log)
                             recent.append((tag, held))
                         } catch {
-                            problems.with { $0.add("schedule threw \(error)") }
+                            problems.withLock { $0.add("schedule threw \(error)") }
                             continue
                         }
                         if recent.count > 8 { recent.removeFirst() }
@@ -341,29 +181,29 @@ struct TimeoutPathAdversarialEpollTests {
                         let (victimTag, victim) = recent[rng.below(recent.count)]
                         switch rng.below(6) {
                         case 0, 1:
-                            backend.epCancel(victim)
-                            cancels.with { $0[victimTag] = .now() }
-                            cancelledByUs.with { _ = $0.insert(victimTag) }
-                            if backend.epIsActive(victim) { problems.with { $0.add("active right after cancel") } }
+                            backend.cancel(held: victim)
+                            cancels.withLock { $0[victimTag] = .now() }
+                            cancelledByUs.withLock { _ = $0.insert(victimTag) }
+                            if backend.isActive(held: victim) { problems.withLock { $0.add("active right after cancel") } }
                         case 2, 3:
-                            touched.with { _ = $0.insert(victimTag) }
+                            touched.withLock { _ = $0.insert(victimTag) }
                             let delay = Duration.microseconds(rng.below(5_000))
                             let begin = MonotonicInstant.now()
                             var ok = true
-                            do { try backend.epReschedule(victim, delay) } catch {
+                            do { try backend.reschedule(held: victim, after: delay) } catch {
                                 ok = false
                                 if case .timerEnded? = error as? TimerError {
                                 } else {
-                                    problems.with { $0.add("reschedule threw \(error)") }
+                                    problems.withLock { $0.add("reschedule threw \(error)") }
                                 }
                             }
                             let end = MonotonicInstant.now()
-                            reschedules.with { $0[victimTag, default: []].append((begin, end, delay, ok)) }
+                            reschedules.withLock { $0[victimTag, default: []].append((begin, end, delay, ok)) }
                         case 4:
-                            touched.with { _ = $0.insert(victimTag) }
-                            _ = try? backend.epReschedule(victim, .zero)
-                            backend.epCancel(victim)
-                            cancelledByUs.with { _ = $0.insert(victimTag) }
+                            touched.withLock { _ = $0.insert(victimTag) }
+                            _ = try? backend.reschedule(held: victim, after: .zero)
+                            backend.cancel(held: victim)
+                            cancelledByUs.withLock { _ = $0.insert(victimTag) }
                         default:
                             break
                         }
@@ -374,17 +214,17 @@ struct TimeoutPathAdversarialEpollTests {
             if group.wait(timeout: .now() + 20) == .timedOut { return (["the scheduling threads did not finish within 20 s"], "") }
             let total = threads * perThread
             var out: [String] = []
-            if !epWait(10, { log.endCount >= total }) { out.append("only \(log.endCount) of \(total) timers ended within 10 s") }
+            if !poll(for: 10, until: { log.endCount >= total }) { out.append("only \(log.endCount) of \(total) timers ended within 10 s") }
             usleep(100_000)
-            out += problems.get.list
+            out += problems.current.list
             let ends = log.ends
             let fires = log.fires
-            var endsByTag: [Int: [EpLog.End]] = [:]
+            var endsByTag: [Int: [TimerLog.End]] = [:]
             for end in ends { endsByTag[end.tag, default: []].append(end) }
             var firesByTag: [Int: Int] = [:]
             for fire in fires { firesByTag[fire.tag, default: 0] += 1 }
-            let cancelled = cancelledByUs.get
-            let rescheduled = touched.get
+            let cancelled = cancelledByUs.current
+            let rescheduled = touched.current
             var cancelledAfterFiring = 0
             var twiceAfterARescheduleDuringTheCall = 0
             // A call that began after our cancel had returned breaks `cancel()`'s promise ("once it
@@ -396,7 +236,7 @@ struct TimeoutPathAdversarialEpollTests {
                 problemCount += 1
                 if problemCount <= 20 { out.append(s) }
             }
-            let cancelTimes = cancels.get
+            let cancelTimes = cancels.current
             for fire in fires {
                 if let cancelled = cancelTimes[fire.tag], fire.actual > cancelled + .milliseconds(1) {
                     problem("tag \(fire.tag): a call began \(fire.actual - cancelled) after cancel() returned")
@@ -414,7 +254,7 @@ struct TimeoutPathAdversarialEpollTests {
                     // Legitimate only if a reschedule succeeded after the first call had begun
                     // (a one-shot is live during its call, as its own handler's reschedule shows).
                     let calls = fires.filter { $0.tag == tag }
-                    let moves = reschedules.get[tag] ?? []
+                    let moves = reschedules.current[tag] ?? []
                     let lateMove = moves.contains { $0.ok && $0.end >= calls[0].actual }
                     twiceAfterARescheduleDuringTheCall += lateMove ? 1 : 0
                     if !lateMove || f > 1 + moves.filter(\.ok).count {
@@ -456,38 +296,38 @@ struct TimeoutPathAdversarialEpollTests {
     /// timeouts: it returns; no handler starts after it has returned; each timer that was
     /// scheduled ends exactly once; schedule then throws only `backendShutDown`.
     @Test func shutdownWhileOtherThreadsScheduleAndCancel() throws {
-        let result = try epWatchdog(20, "shutdown under load on epoll") { () throws -> [String] in
+        let result = try runUnderWatchdog(20, "shutdown under load on epoll") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = try EpollBackend(registry: registry)
-            let log = EpLog()
-            let shutDownReturned = EpBox(false)
-            let lateStarts = EpBox(0)
-            let problems = EpBox(EpProblems())
-            let scheduledTags = EpBox([Int]())
+            let log = TimerLog()
+            let shutDownReturned = Locked(false)
+            let lateStarts = Locked(0)
+            let problems = Locked(EpProblems())
+            let scheduledTags = Locked([Int]())
             let group = DispatchGroup()
             for t in 0..<3 {
                 group.enter()
                 Thread {
                     defer { group.leave() }
-                    var rng = EpRandom(state: UInt64(t + 11))
+                    var rng = SplitMix64(state: UInt64(t + 11))
                     var i = 0
-                    var previous: EpHeld? = nil
+                    var previous: HeldTimer? = nil
                     while true {
                         let tag = t * 1_000_000 + i
                         i += 1
                         do {
-                            let held = try backend.epTimeout(
+                            let held = try backend.scheduleTimeout(
                                 .microseconds(rng.below(5_000)), tag: tag, path: i % 2 == 0 ? .key : .handle, log: log,
-                                onFire: { if shutDownReturned.get { lateStarts.with { $0 += 1 } } })
-                            scheduledTags.with { $0.append(tag) }
+                                onFire: { if shutDownReturned.current { lateStarts.withLock { $0 += 1 } } })
+                            scheduledTags.withLock { $0.append(tag) }
                             if let previous {
                                 if rng.below(2) == 0 {
-                                    backend.epCancel(previous)
+                                    backend.cancel(held: previous)
                                 } else {
-                                    do { try backend.epReschedule(previous, .microseconds(rng.below(5_000))) } catch {
+                                    do { try backend.reschedule(held: previous, after: .microseconds(rng.below(5_000))) } catch {
                                         switch error as? TimerError {
                                         case .timerEnded?, .backendShutDown?: break
-                                        default: problems.with { $0.add("reschedule threw \(error)") }
+                                        default: problems.withLock { $0.add("reschedule threw \(error)") }
                                         }
                                     }
                                 }
@@ -495,7 +335,7 @@ struct TimeoutPathAdversarialEpollTests {
                             previous = held
                         } catch {
                             if error as? TimerError != .backendShutDown(backend: "epoll") {
-                                problems.with { $0.add("schedule threw \(error)") }
+                                problems.withLock { $0.add("schedule threw \(error)") }
                             }
                             return
                         }
@@ -504,15 +344,15 @@ struct TimeoutPathAdversarialEpollTests {
             }
             usleep(150_000)
             backend.shutdown()
-            shutDownReturned.with { $0 = true }
+            shutDownReturned.withLock { $0 = true }
             let firesAtShutdown = log.fireCount
             var out: [String] = []
             if group.wait(timeout: .now() + 10) == .timedOut { out.append("the scheduling threads did not stop within 10 s") }
             usleep(100_000)
-            out += problems.get.list
-            if lateStarts.get != 0 { out.append("\(lateStarts.get) handlers started after shutdown() returned") }
+            out += problems.current.list
+            if lateStarts.current != 0 { out.append("\(lateStarts.current) handlers started after shutdown() returned") }
             if log.fireCount != firesAtShutdown { out.append("fires went on after shutdown: \(firesAtShutdown) → \(log.fireCount)") }
-            let tags = scheduledTags.get
+            let tags = scheduledTags.current
             var endsByTag: [Int: Int] = [:]
             for end in log.ends { endsByTag[end.tag, default: 0] += 1 }
             let notOnce = tags.filter { endsByTag[$0] != 1 }
@@ -532,26 +372,26 @@ struct TimeoutPathAdversarialEpollTests {
     /// returns at once; the other timers end once each with `.backendShutDown`, and none fires.
     @Test(arguments: ["handler", "timerEnded"])
     func shutdownFromTheLoopThread(from: String) throws {
-        let result = try epWatchdog(10, "shutdown from the loop (\(from))") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "shutdown from the loop (\(from))") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
-            let returned = EpBox<Duration?>(nil)
+            let log = TimerLog()
+            let returned = Locked<Duration?>(nil)
             let shut: @Sendable () -> Void = {
                 let start = MonotonicInstant.now()
                 backend.shutdown()
-                returned.with { $0 = .now() - start }
+                returned.withLock { $0 = .now() - start }
             }
-            for tag in 1...20 { _ = try backend.epTimeout(ms(200 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
+            for tag in 1...20 { _ = try backend.scheduleTimeout(ms(200 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
             if from == "handler" {
-                _ = try backend.epTimeout(ms(10), tag: 0, path: .handle, log: log, onFire: shut)
+                _ = try backend.scheduleTimeout(ms(10), tag: 0, path: .handle, log: log, onFire: shut)
             } else {
-                _ = try backend.schedule(.after(ms(10)), calling: EpCallback(tag: 0, log: log, onEnded: { _, _, _ in shut() }))
+                _ = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 0, log: log, onEnded: { _, _, _ in shut() }))
             }
             var out: [String] = []
-            if !epWait(5, { returned.get != nil }) { out.append("shutdown from the loop did not return within 5 s") }
-            if let took = returned.get, took > .seconds(1) { out.append("shutdown from the loop took \(took)") }
-            if !epWait(5, { log.endCount == 21 }) { out.append("only \(log.endCount) of 21 ended") }
+            if !poll(for: 5, until: { returned.current != nil }) { out.append("shutdown from the loop did not return within 5 s") }
+            if let took = returned.current, took > .seconds(1) { out.append("shutdown from the loop took \(took)") }
+            if !poll(for: 5, until: { log.endCount == 21 }) { out.append("only \(log.endCount) of 21 ended") }
             usleep(300_000)
             if log.firedTags != [0] { out.append("fired \(log.firedTags)") }
             let others = log.ends.filter { $0.tag != 0 }
@@ -573,45 +413,47 @@ struct TimeoutPathAdversarialEpollTests {
     /// completion schedules, cancels and reschedules; a callback's `deinit` does the same;
     /// `cancelAndWait()` from the handle's own handler returns at once.
     @Test func reentrantCallsFromTheLoopThread() throws {
-        let result = try epWatchdog(10, "re-entrant calls on the loop thread") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "re-entrant calls on the loop thread") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
-            let errors = EpBox(EpProblems())
-            let victim1 = try backend.schedule(.after(ms(300)), calling: EpCallback(tag: 1, log: log))
-            let victim2 = try backend.schedule(.after(ms(300)), calling: EpCallback(tag: 2, log: log))
-            let mover1 = try backend.schedule(.after(.seconds(60)), calling: EpCallback(tag: 3, log: log))
-            let mover2 = try backend.schedule(.after(.seconds(60)), calling: EpCallback(tag: 4, log: log))
+            let log = TimerLog()
+            let errors = Locked(EpProblems())
+            let victim1 = try backend.schedule(.after(ms(300)), calling: LoggingCallback(tag: 1, log: log))
+            let victim2 = try backend.schedule(.after(ms(300)), calling: LoggingCallback(tag: 2, log: log))
+            let mover1 = try backend.schedule(.after(.seconds(60)), calling: LoggingCallback(tag: 3, log: log))
+            let mover2 = try backend.schedule(.after(.seconds(60)), calling: LoggingCallback(tag: 4, log: log))
             _ = try backend.schedule(
                 .after(ms(5)),
-                calling: EpCallback(
+                calling: LoggingCallback(
                     tag: 0, log: log,
                     onEnded: { _, _, _ in
                         backend.cancel(victim1)
                         do {
                             try backend.reschedule(mover1, .after(ms(5)))
-                            _ = try backend.schedule(.after(ms(5)), calling: EpCallback(tag: 5, log: log))
-                        } catch { errors.with { $0.add("timerEnded: \(error)") } }
+                            _ = try backend.schedule(.after(ms(5)), calling: LoggingCallback(tag: 5, log: log))
+                        } catch { errors.withLock { $0.add("timerEnded: \(error)") } }
                     },
                     onDeinit: {
                         backend.cancel(victim2)
                         do {
                             try backend.reschedule(mover2, .after(ms(5)))
-                            _ = try backend.schedule(.after(ms(5)), calling: EpCallback(tag: 6, log: log))
-                        } catch { errors.with { $0.add("deinit: \(error)") } }
+                            _ = try backend.schedule(.after(ms(5)), calling: LoggingCallback(tag: 6, log: log))
+                        } catch { errors.withLock { $0.add("deinit: \(error)") } }
                     }))
-            let waited = EpBox<Duration?>(nil)
+            let waited = Locked<Duration?>(nil)
             let selfWaiter = try backend.schedule(.after(ms(5))) { tick in
                 let start = MonotonicInstant.now()
                 tick.timer.cancelAndWait()
-                waited.with { $0 = .now() - start }
+                waited.withLock { $0 = .now() - start }
             }
             var out: [String] = []
-            if !epWait(5, { Set(log.firedTags).isSuperset(of: [0, 3, 4, 5, 6]) }) { out.append("fired only \(log.firedTags) within 5 s") }
-            if !epWait(5, { waited.get != nil }) { out.append("cancelAndWait from its own handler did not return") }
-            if let took = waited.get, took > .seconds(1) { out.append("cancelAndWait from its own handler took \(took)") }
+            if !poll(for: 5, until: { Set(log.firedTags).isSuperset(of: [0, 3, 4, 5, 6]) }) {
+                out.append("fired only \(log.firedTags) within 5 s")
+            }
+            if !poll(for: 5, until: { waited.current != nil }) { out.append("cancelAndWait from its own handler did not return") }
+            if let took = waited.current, took > .seconds(1) { out.append("cancelAndWait from its own handler took \(took)") }
             usleep(400_000)
-            out += errors.get.list
+            out += errors.current.list
             let fired = log.firedTags
             if fired.contains(1) || fired.contains(2) { out.append("a victim fired after its cancel: \(fired)") }
             if fired.count != Set(fired).count { out.append("a timer fired twice: \(fired)") }
@@ -626,12 +468,12 @@ struct TimeoutPathAdversarialEpollTests {
     /// stalled longer than the timeout); after the last push, each fires once, not before its
     /// last deadline.
     @Test func idleTimeoutsPushedBackDoNotFireAtStaleDeadlines() throws {
-        let result = try epWatchdog(15, "idle timeouts on epoll") { () throws -> [String] in
+        let result = try runUnderWatchdog(15, "idle timeouts on epoll") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
+            let log = TimerLog()
             var keys: [TimerKey] = []
-            for tag in 0..<100 { keys.append(try backend.schedule(.after(ms(300)), calling: EpCallback(tag: tag, log: log))) }
+            for tag in 0..<100 { keys.append(try backend.schedule(.after(ms(300)), calling: LoggingCallback(tag: tag, log: log))) }
             var lastPush = [MonotonicInstant](repeating: .now(), count: 100)
             var maxGap = Duration.zero
             var previousRound = MonotonicInstant.now()
@@ -655,7 +497,7 @@ struct TimeoutPathAdversarialEpollTests {
             if maxGap < ms(250) && firedWhilePushed != 0 {
                 out.append("\(firedWhilePushed) fired while being pushed back (largest gap between pushes \(maxGap))")
             }
-            if !epWait(10, { log.endCount == 100 }) { out.append("only \(log.endCount) of 100 ended") }
+            if !poll(for: 10, until: { log.endCount == 100 }) { out.append("only \(log.endCount) of 100 ended") }
             for fire in log.fires where fire.seen < lastPush[fire.tag] + ms(300) && maxGap < ms(250) {
                 out.append("tag \(fire.tag) ran \(lastPush[fire.tag] + ms(300) - fire.seen) before its last deadline")
             }
@@ -668,29 +510,29 @@ struct TimeoutPathAdversarialEpollTests {
     /// The epoll backend's cap: refuses with scope "epoll backend", counts, and a fired timeout
     /// makes room again (its end on the loop thread frees the slot).
     @Test func theEpollCapRefusesAndRecovers() throws {
-        let result = try epWatchdog(10, "cap on epoll") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "cap on epoll") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
             try backend.limitLiveTimers(to: 2)
-            let log = EpLog()
+            let log = TimerLog()
             var out: [String] = []
-            _ = try backend.epTimeout(ms(20), tag: 0, path: .key, log: log)
-            _ = try backend.epTimeout(ms(20), tag: 1, path: .handle, log: log)
-            for path in EpPath.allCases {
+            _ = try backend.scheduleTimeout(ms(20), tag: 0, path: .key, log: log)
+            _ = try backend.scheduleTimeout(ms(20), tag: 1, path: .handle, log: log)
+            for path in TimerPath.allCases {
                 do {
-                    _ = try backend.epTimeout(.zero, tag: 9, path: path, log: log)
+                    _ = try backend.scheduleTimeout(.zero, tag: 9, path: path, log: log)
                     out.append("\(path): the cap did not refuse")
                 } catch {
                     if error as? TimerError != .liveTimerLimit(scope: "epoll backend", limit: 2) { out.append("\(path): \(error)") }
                 }
             }
             if backend.refusedByLiveTimerLimit != 2 { out.append("refused \(backend.refusedByLiveTimerLimit)") }
-            if !epWait(5, { log.endCount == 2 }) { out.append("the two did not end") }
+            if !poll(for: 5, until: { log.endCount == 2 }) { out.append("the two did not end") }
             do {
-                _ = try backend.epTimeout(.zero, tag: 2, path: .key, log: log)
-                _ = try backend.epTimeout(.zero, tag: 3, path: .handle, log: log)
+                _ = try backend.scheduleTimeout(.zero, tag: 2, path: .key, log: log)
+                _ = try backend.scheduleTimeout(.zero, tag: 3, path: .handle, log: log)
             } catch { out.append("after the fires, schedule threw \(error)") }
-            if !epWait(5, { log.fireCount == 4 }) { out.append("fired \(log.firedTags)") }
+            if !poll(for: 5, until: { log.fireCount == 4 }) { out.append("fired \(log.firedTags)") }
             return out
         }
         if let result { #expect(result == []) }
@@ -699,57 +541,57 @@ struct TimeoutPathAdversarialEpollTests {
     /// A key's `timerEnded` (and a handle's `onEnd`) for a timer cancelled, or shut down, from
     /// another thread while its call runs: it comes only after that call has returned ("no call
     /// of it runs any more"). `cancelAndWait()` from another thread returns only after the call.
-    @Test(arguments: EpPath.allCases, ["cancel", "cancelAndWait", "shutdown"])
-    fileprivate func anEndIsReportedOnlyAfterTheRunningCallReturns(path: EpPath, how: String) throws {
-        let result = try epWatchdog(10, "end after the running call (\(path), \(how))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases, ["cancel", "cancelAndWait", "shutdown"])
+    fileprivate func anEndIsReportedOnlyAfterTheRunningCallReturns(path: TimerPath, how: String) throws {
+        let result = try runUnderWatchdog(10, "end after the running call (\(path), \(how))") { () throws -> [String] in
             let backend = try EpollBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let running = EpBox(0)  // 1 while the call runs, 2 once it has returned
-            let endSawRunning = EpBox<Int?>(nil)
-            let ended = EpBox<(TimerEndReason, Int)?>(nil)
-            let held: EpHeld
+            let running = Locked(0)  // 1 while the call runs, 2 once it has returned
+            let endSawRunning = Locked<Int?>(nil)
+            let ended = Locked<(TimerEndReason, Int)?>(nil)
+            let held: HeldTimer
             let body: @Sendable () -> Void = {
-                running.with { $0 = 1 }
+                running.withLock { $0 = 1 }
                 usleep(200_000)
-                running.with { $0 = 2 }
+                running.withLock { $0 = 2 }
             }
             switch path {
             case .key:
                 held = .key(
                     try backend.schedule(
                         .after(ms(5)),
-                        calling: EpCallback(
-                            tag: 0, log: EpLog(), onFire: { _ in body() },
+                        calling: LoggingCallback(
+                            tag: 0, log: TimerLog(), onFire: { _ in body() },
                             onEnded: { _, reason, fires in
-                                endSawRunning.with { $0 = running.get }
-                                ended.with { $0 = (reason, fires) }
+                                endSawRunning.withLock { $0 = running.current }
+                                ended.withLock { $0 = (reason, fires) }
                             })))
             case .handle:
                 let handle = try backend.schedule(.after(ms(5))) { _ in body() }
                 handle.onEnd { [handle] reason in
-                    endSawRunning.with { $0 = running.get }
-                    ended.with { $0 = (reason, handle.fireCount) }
+                    endSawRunning.withLock { $0 = running.current }
+                    ended.withLock { $0 = (reason, handle.fireCount) }
                 }
                 held = .handle(handle)
             }
             var out: [String] = []
-            if !epWait(5, { running.get == 1 }) { return ["the call did not start within 5 s"] }
+            if !poll(for: 5, until: { running.current == 1 }) { return ["the call did not start within 5 s"] }
             switch how {
-            case "cancel": backend.epCancel(held)
+            case "cancel": backend.cancel(held: held)
             case "cancelAndWait":
                 guard case let .handle(handle) = held else {
-                    backend.epCancel(held)
+                    backend.cancel(held: held)
                     break
                 }
                 handle.cancelAndWait()
-                if running.get != 2 { out.append("cancelAndWait returned while the call still ran") }
+                if running.current != 2 { out.append("cancelAndWait returned while the call still ran") }
             default:
                 backend.shutdown()
-                if running.get != 2 { out.append("shutdown from another thread returned while a handler still ran") }
+                if running.current != 2 { out.append("shutdown from another thread returned while a handler still ran") }
             }
-            if !epWait(5, { ended.get != nil }) { out.append("no end reported within 5 s") }
-            if let saw = endSawRunning.get, saw != 2 { out.append("the end was reported while the call ran (state \(saw))") }
-            if let (reason, fires) = ended.get {
+            if !poll(for: 5, until: { ended.current != nil }) { out.append("no end reported within 5 s") }
+            if let saw = endSawRunning.current, saw != 2 { out.append("the end was reported while the call ran (state \(saw))") }
+            if let (reason, fires) = ended.current {
                 let expected: TimerEndReason = how == "shutdown" ? .backendShutDown : .cancelled
                 if fires != 1 { out.append("the end says \(fires) fires") }
                 // A timer is live until its last call returns: it ends for what ended it then.
@@ -765,7 +607,7 @@ struct TimeoutPathAdversarialEpollTests {
     /// cap, every refusal is the documented error and is counted, the timers that got in end
     /// once each, and afterwards the caps admit exactly up to their limit again.
     @Test func capsHoldUnderConcurrentTimeouts() throws {
-        let result = try epWatchdog(30, "caps under load on epoll") { () throws -> [String] in
+        let result = try runUnderWatchdog(30, "caps under load on epoll") { () throws -> [String] in
             let registry = TimerRegistry()
             try registry.limitLiveTimers(to: 30)
             let backend = try EpollBackend(registry: registry)
@@ -775,20 +617,20 @@ struct TimeoutPathAdversarialEpollTests {
                 other.shutdown()
             }
             try backend.limitLiveTimers(to: 20)
-            let log = EpLog()
-            let problems = EpBox(EpProblems())
-            let refusals = EpBox((backend: 0, registry: 0))
-            let admitted = EpBox(0)
-            let maxSeen = EpBox((backend: 0, registry: 0))
-            let stop = EpBox(false)
+            let log = TimerLog()
+            let problems = Locked(EpProblems())
+            let refusals = Locked((backend: 0, registry: 0))
+            let admitted = Locked(0)
+            let maxSeen = Locked((backend: 0, registry: 0))
+            let stop = Locked(false)
             let group = DispatchGroup()
             group.enter()
             Thread {
                 defer { group.leave() }
-                while !stop.get {
+                while !stop.current {
                     let live = backend.statistics.liveTimers
                     let count = registry.count
-                    maxSeen.with { $0 = (max($0.backend, live), max($0.registry, count)) }
+                    maxSeen.withLock { $0 = (max($0.backend, live), max($0.registry, count)) }
                 }
             }.start()
             let workers = DispatchGroup()
@@ -796,18 +638,18 @@ struct TimeoutPathAdversarialEpollTests {
                 workers.enter()
                 Thread {
                     defer { workers.leave() }
-                    var rng = EpRandom(state: UInt64(t) + 77)
+                    var rng = SplitMix64(state: UInt64(t) + 77)
                     for i in 0..<3_000 {
                         let on: any TimerBackend = t == 3 ? other : backend
                         do {
-                            _ = try on.epTimeout(
+                            _ = try on.scheduleTimeout(
                                 .microseconds(rng.below(1_000)), tag: t * 10_000 + i, path: i % 2 == 0 ? .key : .handle, log: log)
-                            admitted.with { $0 += 1 }
+                            admitted.withLock { $0 += 1 }
                         } catch {
                             switch error as? TimerError {
-                            case .liveTimerLimit(scope: "epoll backend", limit: 20)?: refusals.with { $0.backend += 1 }
-                            case .liveTimerLimit(scope: "registry", limit: 30)?: refusals.with { $0.registry += 1 }
-                            default: problems.with { $0.add("schedule threw \(error)") }
+                            case .liveTimerLimit(scope: "epoll backend", limit: 20)?: refusals.withLock { $0.backend += 1 }
+                            case .liveTimerLimit(scope: "registry", limit: 30)?: refusals.withLock { $0.registry += 1 }
+                            default: problems.withLock { $0.add("schedule threw \(error)") }
                             }
                         }
                     }
@@ -815,36 +657,36 @@ struct TimeoutPathAdversarialEpollTests {
             }
             var out: [String] = []
             if workers.wait(timeout: .now() + 20) == .timedOut { out.append("the workers did not finish within 20 s") }
-            if !epWait(10, { log.endCount == admitted.get }) { out.append("\(log.endCount) of \(admitted.get) ended") }
-            stop.with { $0 = true }
+            if !poll(for: 10, until: { log.endCount == admitted.current }) { out.append("\(log.endCount) of \(admitted.current) ended") }
+            stop.withLock { $0 = true }
             _ = group.wait(timeout: .now() + 5)
-            out += problems.get.list
-            let seen = maxSeen.get
+            out += problems.current.list
+            let seen = maxSeen.current
             if seen.backend > 20 { out.append("the backend held \(seen.backend) live timers, over its cap of 20") }
             if seen.registry > 30 { out.append("the registry held \(seen.registry) live timers, over its cap of 30") }
-            let counted = refusals.get
+            let counted = refusals.current
             if backend.refusedByLiveTimerLimit != counted.backend {
                 out.append("backend counted \(backend.refusedByLiveTimerLimit) refusals, threw \(counted.backend)")
             }
             if registry.refusedByLiveTimerLimit != counted.registry {
                 out.append("registry counted \(registry.refusedByLiveTimerLimit) refusals, threw \(counted.registry)")
             }
-            if admitted.get + counted.backend + counted.registry != 12_000 { out.append("attempts do not add up") }
+            if admitted.current + counted.backend + counted.registry != 12_000 { out.append("attempts do not add up") }
             let ends = log.ends
             if Set(ends.map(\.tag)).count != ends.count { out.append("a timer ended twice") }
             if ends.contains(where: { $0.reason != .completed || $0.fires != 1 }) { out.append("a timer did not complete once") }
             // Afterwards: exactly 20 fit on the backend.
-            var parked: [EpHeld] = []
+            var parked: [HeldTimer] = []
             for i in 0..<20 {
                 do {
-                    parked.append(try backend.epTimeout(.seconds(60), tag: 100_000 + i, path: i % 2 == 0 ? .key : .handle, log: log))
+                    parked.append(try backend.scheduleTimeout(.seconds(60), tag: 100_000 + i, path: i % 2 == 0 ? .key : .handle, log: log))
                 } catch {
                     out.append("after the load, timer \(i) refused: \(error)")
                     break
                 }
             }
             do {
-                _ = try backend.epTimeout(.seconds(60), tag: 100_100, path: .key, log: log)
+                _ = try backend.scheduleTimeout(.seconds(60), tag: 100_100, path: .key, log: log)
                 out.append("the 21st timer was admitted")
             } catch {
                 if error as? TimerError != .liveTimerLimit(scope: "epoll backend", limit: 20) { out.append("the 21st: \(error)") }
@@ -858,13 +700,13 @@ struct TimeoutPathAdversarialEpollTests {
     /// its timer fired and ended: the backend's `deinit` (its shutdown) then runs on its own loop
     /// thread. It must not hang or crash, and the other timers end once with `.backendShutDown`.
     @Test func theLastReferenceToTheBackendReleasedOnItsLoopThread() throws {
-        let result = try epWatchdog(10, "backend released on its own loop") { () throws -> [String] in
-            let log = EpLog()
+        let result = try runUnderWatchdog(10, "backend released on its own loop") { () throws -> [String] in
+            let log = TimerLog()
             let registry = TimerRegistry()
             final class Holder: TimerCallback, Sendable {
                 let backend: EpollBackend?
-                let log: EpLog
-                init(_ backend: EpollBackend, _ log: EpLog) {
+                let log: TimerLog
+                init(_ backend: EpollBackend, _ log: TimerLog) {
                     self.backend = backend
                     self.log = log
                 }
@@ -873,11 +715,11 @@ struct TimeoutPathAdversarialEpollTests {
             }
             do {
                 let backend = try EpollBackend(registry: registry)
-                for tag in 1...10 { _ = try backend.schedule(.after(.seconds(60)), calling: EpCallback(tag: tag, log: log)) }
+                for tag in 1...10 { _ = try backend.schedule(.after(.seconds(60)), calling: LoggingCallback(tag: tag, log: log)) }
                 _ = try backend.schedule(.after(ms(20)), calling: Holder(backend, log))
             }
             var out: [String] = []
-            if !epWait(5, { log.endCount == 11 }) { out.append("only \(log.endCount) of 11 ended within 5 s") }
+            if !poll(for: 5, until: { log.endCount == 11 }) { out.append("only \(log.endCount) of 11 ended within 5 s") }
             let ends = log.ends
             if ends.filter({ $0.tag == 0 }) != [.init(tag: 0, reason: .completed, fires: 1)] {
                 out.append("holder: \(ends.filter { $0.tag == 0 })")
@@ -886,7 +728,7 @@ struct TimeoutPathAdversarialEpollTests {
             if others.count != 10 || others.contains(where: { $0.reason != .backendShutDown || $0.fires != 0 }) {
                 out.append("others: \(others)")
             }
-            if !epWait(2, { registry.count == 0 }) { out.append("registry.count \(registry.count)") }
+            if !poll(for: 2, until: { registry.count == 0 }) { out.append("registry.count \(registry.count)") }
             return out
         }
         if let result { #expect(result == []) }
@@ -895,17 +737,17 @@ struct TimeoutPathAdversarialEpollTests {
     /// `shutdown()` from four threads at once while a handler also calls it and others schedule:
     /// every call returns, each timer ends exactly once.
     @Test func shutdownFromManyThreadsAtOnce() throws {
-        let result = try epWatchdog(15, "concurrent shutdowns") { () throws -> [String] in
+        let result = try runUnderWatchdog(15, "concurrent shutdowns") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = try EpollBackend(registry: registry)
-            let log = EpLog()
+            let log = TimerLog()
             var scheduled = 0
             for tag in 0..<400 {
                 var hook: (@Sendable () -> Void)? = nil
                 if tag == 100 { hook = { backend.shutdown() } }
-                let path: EpPath = tag % 2 == 0 ? .key : .handle
+                let path: TimerPath = tag % 2 == 0 ? .key : .handle
                 do {
-                    _ = try backend.epTimeout(.microseconds(tag * 50), tag: tag, path: path, log: log, onFire: hook)
+                    _ = try backend.scheduleTimeout(.microseconds(tag * 50), tag: tag, path: path, log: log, onFire: hook)
                 } catch {
                     // On a loaded machine timer 100 may come due, and shut the backend down,
                     // before this loop is done: the timers scheduled so far are the test's.
@@ -928,7 +770,7 @@ struct TimeoutPathAdversarialEpollTests {
             for _ in 0..<4 { start.signal() }
             var out: [String] = []
             if group.wait(timeout: .now() + 10) == .timedOut { out.append("a shutdown() did not return within 10 s") }
-            if !epWait(5, { log.endCount == scheduled }) { out.append("\(log.endCount) of \(scheduled) ended") }
+            if !poll(for: 5, until: { log.endCount == scheduled }) { out.append("\(log.endCount) of \(scheduled) ended") }
             let ends = log.ends
             if Set(ends.map(\.tag)).count != ends.count { out.append("a timer ended twice") }
             for end in ends where end.reason != .completed && end.reason != .backendShutDown { out.append("tag \(end.tag): \(end.reason)") }
@@ -943,22 +785,22 @@ struct TimeoutPathAdversarialEpollTests {
     @Test(arguments: ["timerfd", "epollPwait2"])
     func moreDueAtOnceThanOneTurnTakes(mode: String) throws {
         if mode == "epollPwait2" && !EpollBackend.supportsEpollPwait2 { return }
-        let result = try epWatchdog(30, "10 000 due at once (\(mode))") { () throws -> [String] in
+        let result = try runUnderWatchdog(30, "10 000 due at once (\(mode))") { () throws -> [String] in
             let backend = try EpollBackend(options: .init(waitMode: mode == "timerfd" ? .timerfd : .epollPwait2), registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = EpLog()
+            let log = TimerLog()
             let count = 10_000
-            var rng = EpRandom(state: 3)
+            var rng = SplitMix64(state: 3)
             let base = MonotonicInstant.now()
             for tag in 0..<count {
                 // Deadlines spread over 1 ms, 300 ms out, scheduled in random order of deadline.
                 let target = base + ms(300) + .nanoseconds(rng.below(1_000_000))
                 let delay = target - .now()
-                _ = try backend.epTimeout(delay < .zero ? .zero : delay, tag: tag, path: tag % 3 == 0 ? .handle : .key, log: log)
+                _ = try backend.scheduleTimeout(delay < .zero ? .zero : delay, tag: tag, path: tag % 3 == 0 ? .handle : .key, log: log)
             }
             let scheduledBy = MonotonicInstant.now()
             var out: [String] = []
-            if !epWait(20, { log.endCount == count }) { out.append("only \(log.endCount) of \(count) ended within 20 s") }
+            if !poll(for: 20, until: { log.endCount == count }) { out.append("only \(log.endCount) of \(count) ended within 20 s") }
             let fires = log.fires
             if fires.count != count || Set(fires.map(\.tag)).count != count { out.append("\(fires.count) fires") }
             for fire in fires where fire.seen < fire.scheduled {
@@ -984,45 +826,45 @@ struct TimeoutPathAdversarialEpollTests {
     @Test(arguments: ["timerfd", "epollPwait2"])
     func threadsSharingTimeouts(mode: String) throws {
         if mode == "epollPwait2" && !EpollBackend.supportsEpollPwait2 { return }
-        let result = try epWatchdog(30, "shared pool (\(mode))") { () throws -> [String] in
+        let result = try runUnderWatchdog(30, "shared pool (\(mode))") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = try EpollBackend(options: .init(waitMode: mode == "timerfd" ? .timerfd : .epollPwait2), registry: registry)
             defer { backend.shutdown() }
-            let log = EpLog()
-            let pool = EpBox([(Int, EpHeld)]())
-            let cancelReturned = EpBox([Int: MonotonicInstant]())
-            let problems = EpBox(EpProblems())
-            let scheduled = EpBox(0)
+            let log = TimerLog()
+            let pool = Locked([(Int, HeldTimer)]())
+            let cancelReturned = Locked([Int: MonotonicInstant]())
+            let problems = Locked(EpProblems())
+            let scheduled = Locked(0)
             let group = DispatchGroup()
             for t in 0..<4 {
                 group.enter()
                 Thread {
                     defer { group.leave() }
-                    var rng = EpRandom(state: UInt64(t) * 31 + 5)
+                    var rng = SplitMix64(state: UInt64(t) * 31 + 5)
                     for i in 0..<1_500 {
                         if t < 2 || rng.below(3) == 0 {
                             let tag = t * 100_000 + i
                             do {
-                                let held = try backend.epTimeout(
+                                let held = try backend.scheduleTimeout(
                                     .microseconds(rng.below(4_000)), tag: tag, path: rng.below(2) == 0 ? .key : .handle, log: log)
-                                scheduled.with { $0 += 1 }
-                                pool.with {
+                                scheduled.withLock { $0 += 1 }
+                                pool.withLock {
                                     $0.append((tag, held))
                                     if $0.count > 64 { $0.removeFirst(16) }
                                 }
-                            } catch { problems.with { $0.add("schedule threw \(error)") } }
+                            } catch { problems.withLock { $0.add("schedule threw \(error)") } }
                         }
-                        guard let (tag, held) = pool.with({ $0.isEmpty ? nil : $0[rng.below($0.count)] }) else { continue }
+                        guard let (tag, held) = pool.withLock({ $0.isEmpty ? nil : $0[rng.below($0.count)] }) else { continue }
                         switch rng.below(3) {
                         case 0:
-                            backend.epCancel(held)
+                            backend.cancel(held: held)
                             let now = MonotonicInstant.now()
-                            cancelReturned.with { if $0[tag] == nil { $0[tag] = now } }
+                            cancelReturned.withLock { if $0[tag] == nil { $0[tag] = now } }
                         default:
-                            do { try backend.epReschedule(held, .microseconds(rng.below(4_000))) } catch {
+                            do { try backend.reschedule(held: held, after: .microseconds(rng.below(4_000))) } catch {
                                 if case .timerEnded? = error as? TimerError {
                                 } else {
-                                    problems.with { $0.add("reschedule threw \(error)") }
+                                    problems.withLock { $0.add("reschedule threw \(error)") }
                                 }
                             }
                         }
@@ -1031,10 +873,10 @@ struct TimeoutPathAdversarialEpollTests {
             }
             var out: [String] = []
             if group.wait(timeout: .now() + 20) == .timedOut { return ["the threads did not finish within 20 s"] }
-            if !epWait(10, { log.endCount >= scheduled.get }) { out.append("\(log.endCount) of \(scheduled.get) ended") }
+            if !poll(for: 10, until: { log.endCount >= scheduled.current }) { out.append("\(log.endCount) of \(scheduled.current) ended") }
             usleep(50_000)
-            out += problems.get.list
-            var ends: [Int: [EpLog.End]] = [:]
+            out += problems.current.list
+            var ends: [Int: [TimerLog.End]] = [:]
             for end in log.ends { ends[end.tag, default: []].append(end) }
             var calls: [Int: Int] = [:]
             for fire in log.fires { calls[fire.tag, default: 0] += 1 }
@@ -1043,8 +885,8 @@ struct TimeoutPathAdversarialEpollTests {
                 bad += 1
                 if bad <= 10 { out.append("tag \(tag): ends \(list), calls \(calls[tag] ?? 0)") }
             }
-            if ends.count != scheduled.get { out.append("\(ends.count) timers ended, \(scheduled.get) scheduled") }
-            let cancels = cancelReturned.get
+            if ends.count != scheduled.current { out.append("\(ends.count) timers ended, \(scheduled.current) scheduled") }
+            let cancels = cancelReturned.current
             for fire in log.fires {
                 if let at = cancels[fire.tag], fire.actual > at + .milliseconds(1) {
                     out.append("tag \(fire.tag): a call began \(fire.actual - at) after cancel() had returned")

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TimerKit
+import TimerKitTestSupport
 
 // Adversarial tests of the timeout path: `.after(d)` timers (monotonic, once, no name, no
 // tolerance), held by key (`schedule(_:calling:)`) and by handle (`schedule(_:) { }`), and
@@ -8,189 +9,11 @@ import TimerKit
 // calls back into the backend from a callback, deinit or handler runs under a watchdog, so a
 // deadlock fails the test instead of hanging the run.
 
-// MARK: - Helpers (file-private, prefixed so they cannot clash with the target's other files)
-
-/// A value behind a lock, for test bookkeeping shared with callbacks.
-// @unchecked: `value` is read and written only under `lock`.
-private final class AdvBox<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func with<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-    var get: Value { with { $0 } }
-}
-
-/// What timers did: each fire (by tag) and each end (by tag, with reason and fire count).
-private final class AdvLog: Sendable {
-    struct Fire: Sendable {
-        let tag: Int
-        let index: Int
-        let scheduled: MonotonicInstant
-        let actual: MonotonicInstant
-    }
-    struct End: Sendable, Equatable {
-        let tag: Int
-        let reason: TimerEndReason
-        let fires: Int
-    }
-    private let state = AdvBox<(fires: [Fire], ends: [End])>(([], []))
-
-    func fired(_ tag: Int, index: Int, scheduled: MonotonicInstant, actual: MonotonicInstant) {
-        state.with { $0.fires.append(Fire(tag: tag, index: index, scheduled: scheduled, actual: actual)) }
-    }
-    func ended(_ tag: Int, _ reason: TimerEndReason, fires: Int) {
-        state.with { $0.ends.append(End(tag: tag, reason: reason, fires: fires)) }
-    }
-    var fires: [Fire] { state.get.fires }
-    var firedTags: [Int] { state.get.fires.map(\.tag) }
-    var ends: [End] { state.get.ends }
-    func ends(of tag: Int) -> [End] { ends.filter { $0.tag == tag } }
-    func fireCount(of tag: Int) -> Int { fires.filter { $0.tag == tag }.count }
-}
-
-/// A callback for one timer (tag), logging into `log`, with optional hooks.
-private final class AdvCallback: TimerCallback, Sendable {
-    let tag: Int
-    let log: AdvLog
-    let onFire: (@Sendable (TimerFire) -> Void)?
-    let onEnded: (@Sendable (TimerKey, TimerEndReason, Int) -> Void)?
-    let onDeinit: (@Sendable () -> Void)?
-    init(
-        tag: Int, log: AdvLog, onFire: (@Sendable (TimerFire) -> Void)? = nil,
-        onEnded: (@Sendable (TimerKey, TimerEndReason, Int) -> Void)? = nil, onDeinit: (@Sendable () -> Void)? = nil
-    ) {
-        self.tag = tag
-        self.log = log
-        self.onFire = onFire
-        self.onEnded = onEnded
-        self.onDeinit = onDeinit
-    }
-    func timerFired(_ fire: TimerFire) {
-        log.fired(tag, index: fire.index, scheduled: fire.scheduled, actual: fire.actual)
-        onFire?(fire)
-    }
-    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
-        log.ended(tag, reason, fires: fires)
-        onEnded?(key, reason, fires)
-    }
-    deinit { onDeinit?() }
-}
-
 /// Runs something on deinit (to capture in a handler closure).
-private final class AdvOnDeinit: Sendable {
+private final class OnDeinit: Sendable {
     let action: @Sendable () -> Void
     init(_ action: @escaping @Sendable () -> Void) { self.action = action }
     deinit { action() }
-}
-
-/// How a timer is held.
-private enum AdvPath: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case key, handle
-    var testDescription: String { rawValue }
-}
-
-/// A timer held by key or by handle.
-private enum AdvHeld: Sendable {
-    case key(TimerKey)
-    case handle(TimerHandle)
-}
-
-extension TimerBackend {
-    /// A timeout `.after(delay)` held `path`'s way, logging under `tag`.
-    fileprivate func advTimeout(
-        _ delay: Duration, tag: Int, path: AdvPath, log: AdvLog, onFire: (@Sendable () -> Void)? = nil
-    ) throws(TimerError) -> AdvHeld {
-        switch path {
-        case .key:
-            var fireHook: (@Sendable (TimerFire) -> Void)? = nil
-            if let onFire { fireHook = { _ in onFire() } }
-            let callback = AdvCallback(tag: tag, log: log, onFire: fireHook)
-            return .key(try schedule(.after(delay), calling: callback))
-        case .handle:
-            let handle = try schedule(.after(delay)) { tick in
-                log.fired(tag, index: tick.index, scheduled: tick.scheduled, actual: tick.actual)
-                onFire?()
-            }
-            handle.onEnd { [handle] reason in log.ended(tag, reason, fires: handle.fireCount) }
-            return .handle(handle)
-        }
-    }
-    fileprivate func advCancel(_ held: AdvHeld) {
-        switch held {
-        case let .key(key): cancel(key)
-        case let .handle(handle): handle.cancel()
-        }
-    }
-    fileprivate func advReschedule(_ held: AdvHeld, _ delay: Duration) throws(TimerError) {
-        switch held {
-        case let .key(key): try reschedule(key, .after(delay))
-        case let .handle(handle): try handle.reschedule(.after(delay))
-        }
-    }
-    fileprivate func advSuspend(_ held: AdvHeld) throws(TimerError) {
-        switch held {
-        case let .key(key): try suspend(key)
-        case let .handle(handle): try handle.suspend()
-        }
-    }
-    fileprivate func advResume(_ held: AdvHeld) throws(TimerError) {
-        switch held {
-        case let .key(key): try resume(key)
-        case let .handle(handle): try handle.resume()
-        }
-    }
-    fileprivate func advIsActive(_ held: AdvHeld) -> Bool {
-        switch held {
-        case let .key(key): isActive(key)
-        case let .handle(handle): handle.isActive
-        }
-    }
-}
-
-/// Whether `error` is `TimerError.timerEnded` with `state` (any name).
-private func advIsTimerEnded(_ error: any Error, state: TimerState? = nil) -> Bool {
-    guard case let .timerEnded(_, ended)? = error as? TimerError else { return false }
-    return state.map { $0 == ended } ?? true
-}
-
-/// Runs `body` on a thread of its own and waits at most `seconds` for it: a hang or deadlock
-/// records an issue (and leaves the thread behind) instead of hanging the run. Returns the
-/// body's result, or nil after a time-out. Assertions go after it, on the test's thread.
-private func advWatchdog<T: Sendable>(
-    _ seconds: Double = 10, _ what: String, sourceLocation: SourceLocation = #_sourceLocation,
-    _ body: @escaping @Sendable () throws -> T
-) throws -> T? {
-    let result = AdvBox<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    let thread = Thread {
-        let outcome = Result { try body() }
-        result.with { $0 = outcome }
-        done.signal()
-    }
-    thread.stackSize = 8 << 20
-    thread.start()
-    guard done.wait(timeout: .now() + seconds) == .success else {
-        Issue.record("watchdog: \(what) did not finish within \(seconds) s (hang or deadlock)", sourceLocation: sourceLocation)
-        return nil
-    }
-    return try result.get!.get()
-}
-
-/// A deterministic generator (SplitMix64), so that failures reproduce.
-private struct AdvRandom {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }
 
 private func ms(_ n: Int) -> Duration { .milliseconds(n) }
@@ -206,14 +29,14 @@ struct TimeoutPathAdversarialTests {
     @Test func manyTimeoutsFireInDeadlineThenSchedulingOrder() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        var rng = AdvRandom(state: 42)
+        var rng = SplitMix64(state: 42)
         var delays: [Int] = []  // in ms, by tag
         for tag in 0..<600 {
             let delay = 1 + rng.below(25)  // many collisions
             delays.append(delay)
-            _ = try backend.advTimeout(ms(delay), tag: tag, path: tag % 3 == 0 ? .handle : .key, log: log)
+            _ = try backend.scheduleTimeout(ms(delay), tag: tag, path: tag % 3 == 0 ? .handle : .key, log: log)
         }
         backend.advance(by: .seconds(1))
         let expected = delays.indices.sorted { (delays[$0], $0) < (delays[$1], $1) }
@@ -231,14 +54,14 @@ struct TimeoutPathAdversarialTests {
 
     /// Rescheduled timeouts (later and earlier, from a later `now`) fire in the order of their
     /// new deadlines; none fires at its old deadline.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func rescheduledTimeoutsFireInNewDeadlineOrder(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func rescheduledTimeoutsFireInNewDeadlineOrder(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        var rng = AdvRandom(state: 7)
-        var held: [AdvHeld] = []
+        var rng = SplitMix64(state: 7)
+        var held: [HeldTimer] = []
         // Deadlines in µs since start, distinct across all timers (no ties to argue about).
         var deadline: [Int] = []
         var used = Set<Int>()
@@ -251,7 +74,7 @@ struct TimeoutPathAdversarialTests {
         for tag in 0..<300 {
             let due = fresh(10_000)
             deadline.append(due)
-            held.append(try backend.advTimeout(.microseconds(due), tag: tag, path: path, log: log))
+            held.append(try backend.scheduleTimeout(.microseconds(due), tag: tag, path: path, log: log))
         }
         // Advance to 5 ms (nothing is due yet), then move half of them, from the new now.
         backend.advance(by: .microseconds(5_000))
@@ -262,7 +85,7 @@ struct TimeoutPathAdversarialTests {
             used.remove(deadline[tag])
             deadline[tag] = due
             moved.insert(tag)
-            try backend.advReschedule(held[tag], .microseconds(due - 5_000))
+            try backend.reschedule(held: held[tag], after: .microseconds(due - 5_000))
         }
         // Walk the clock in 1 µs-granular steps past every deadline and check each step.
         let last = deadline.max()!
@@ -286,16 +109,16 @@ struct TimeoutPathAdversarialTests {
     /// A timer moved onto the deadline of an existing one, later or earlier: timers with equal
     /// deadlines fire in the order they were scheduled or last rescheduled, on both paths.
     @Test func aTimerMovedOntoAnotherOnesDeadlineOrdersTheSameForKeysAndHandles() throws {
-        var orders: [AdvPath: [Int]] = [:]
-        for path in AdvPath.allCases {
+        var orders: [TimerPath: [Int]] = [:]
+        for path in TimerPath.allCases {
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let a = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-            _ = try backend.advTimeout(ms(20), tag: 1, path: path, log: log)
-            let c = try backend.advTimeout(ms(30), tag: 2, path: path, log: log)
-            try backend.advReschedule(a, ms(20))  // later, onto 1's deadline
-            try backend.advReschedule(c, ms(20))  // earlier, onto 1's deadline
+            let log = TimerLog()
+            let a = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+            _ = try backend.scheduleTimeout(ms(20), tag: 1, path: path, log: log)
+            let c = try backend.scheduleTimeout(ms(30), tag: 2, path: path, log: log)
+            try backend.reschedule(held: a, after: ms(20))  // later, onto 1's deadline
+            try backend.reschedule(held: c, after: ms(20))  // earlier, onto 1's deadline
             backend.advance(by: ms(15))
             #expect(log.fires.isEmpty, "\(path): nothing fires at a's old deadline")
             backend.advance(by: ms(5))
@@ -309,13 +132,13 @@ struct TimeoutPathAdversarialTests {
     /// Rescheduling to the same deadline many times does not lose or duplicate a timer, and an
     /// equal-deadline sibling scheduled later keeps its place after it, or before it if
     /// rescheduling counts as scheduling — but the timer fires exactly once either way.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func rescheduleToTheSameDeadlineManyTimesFiresOnce(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func rescheduleToTheSameDeadlineManyTimesFiresOnce(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
-        let held = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-        for _ in 0..<10_000 { try backend.advReschedule(held, ms(10)) }
+        let log = TimerLog()
+        let held = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+        for _ in 0..<10_000 { try backend.reschedule(held: held, after: ms(10)) }
         backend.advance(by: ms(9))
         #expect(log.fires.isEmpty)
         backend.advance(by: ms(1))
@@ -327,19 +150,19 @@ struct TimeoutPathAdversarialTests {
 
     /// The earliest timer cancelled (or moved later): the next one still fires on time, not
     /// before; a timer moved earlier fires at its new deadline.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func cancellingOrMovingTheEarliestKeepsTheNextOnTime(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func cancellingOrMovingTheEarliestKeepsTheNextOnTime(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        let a = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-        let b = try backend.advTimeout(ms(20), tag: 1, path: path, log: log)
-        let c = try backend.advTimeout(ms(30), tag: 2, path: path, log: log)
-        let d = try backend.advTimeout(.seconds(100), tag: 3, path: path, log: log)
-        backend.advCancel(a)
-        try backend.advReschedule(b, ms(40))  // the earliest now, moved later
-        try backend.advReschedule(d, ms(25))  // moved earlier, before c
+        let a = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+        let b = try backend.scheduleTimeout(ms(20), tag: 1, path: path, log: log)
+        let c = try backend.scheduleTimeout(ms(30), tag: 2, path: path, log: log)
+        let d = try backend.scheduleTimeout(.seconds(100), tag: 3, path: path, log: log)
+        backend.cancel(held: a)
+        try backend.reschedule(held: b, after: ms(40))  // the earliest now, moved later
+        try backend.reschedule(held: d, after: ms(25))  // moved earlier, before c
         #expect(backend.requestedWakeUp <= start + ms(25), "the loop is asked to wake by the new earliest deadline")
         backend.advance(to: start + ms(24))
         #expect(log.fires.isEmpty, "nothing due before 25 ms: a at 10 was cancelled, b at 20 moved to 40")
@@ -352,7 +175,7 @@ struct TimeoutPathAdversarialTests {
         backend.advance(to: start + ms(40))
         #expect(log.firedTags == [3, 2, 1])
         #expect(log.fires.map(\.actual) == [start + ms(25), start + ms(30), start + ms(40)])
-        #expect(!backend.advIsActive(a) && !backend.advIsActive(b) && !backend.advIsActive(c) && !backend.advIsActive(d))
+        #expect(!backend.isActive(held: a) && !backend.isActive(held: b) && !backend.isActive(held: c) && !backend.isActive(held: d))
         #expect(log.ends(of: 0) == [.init(tag: 0, reason: .cancelled, fires: 0)])
     }
 
@@ -360,28 +183,28 @@ struct TimeoutPathAdversarialTests {
 
     /// Every operation on an ended timer: cancel is a no-op (twice), the others throw
     /// `timerEnded` with the right state, nothing crashes, and the end is reported once.
-    @Test(arguments: AdvPath.allCases, [false, true])
-    fileprivate func operationsOnAnEndedTimerThrowTypedErrors(path: AdvPath, fired: Bool) throws {
+    @Test(arguments: TimerPath.allCases, [false, true])
+    fileprivate func operationsOnAnEndedTimerThrowTypedErrors(path: TimerPath, fired: Bool) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
-        let held = try backend.advTimeout(ms(1), tag: 0, path: path, log: log)
-        if fired { backend.advance(by: ms(1)) } else { backend.advCancel(held) }
-        backend.advCancel(held)
-        backend.advCancel(held)
+        let log = TimerLog()
+        let held = try backend.scheduleTimeout(ms(1), tag: 0, path: path, log: log)
+        if fired { backend.advance(by: ms(1)) } else { backend.cancel(held: held) }
+        backend.cancel(held: held)
+        backend.cancel(held: held)
         let state: TimerState = fired ? .finished : .cancelled
-        #expect(!backend.advIsActive(held))
+        #expect(!backend.isActive(held: held))
         for (what, call) in [
-            ("reschedule", { () throws(TimerError) in try backend.advReschedule(held, ms(1)) }),
-            ("reschedule(.zero)", { () throws(TimerError) in try backend.advReschedule(held, .zero) }),
-            ("suspend", { () throws(TimerError) in try backend.advSuspend(held) }),
-            ("resume", { () throws(TimerError) in try backend.advResume(held) }),
+            ("reschedule", { () throws(TimerError) in try backend.reschedule(held: held, after: ms(1)) }),
+            ("reschedule(.zero)", { () throws(TimerError) in try backend.reschedule(held: held, after: .zero) }),
+            ("suspend", { () throws(TimerError) in try backend.suspend(held: held) }),
+            ("resume", { () throws(TimerError) in try backend.resume(held: held) }),
         ] as [(String, () throws(TimerError) -> Void)] {
             do {
                 try call()
                 Issue.record("\(what) of an ended timer did not throw")
             } catch {
-                #expect(advIsTimerEnded(error, state: state), "\(what): \(error)")
+                #expect(isTimerEnded(error, state: state), "\(what): \(error)")
             }
         }
         backend.advance(by: .seconds(1))
@@ -400,8 +223,8 @@ struct TimeoutPathAdversarialTests {
     @Test func oldKeysNeverReachTheTimerThatReusedTheirSlot() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
-        let callback = AdvCallback(tag: 0, log: log)
+        let log = TimerLog()
+        let callback = LoggingCallback(tag: 0, log: log)
         var old: [TimerKey] = []
         old.reserveCapacity(150_000)
         for i in 0..<150_000 {
@@ -415,8 +238,8 @@ struct TimeoutPathAdversarialTests {
             old.append(key)
         }
         #expect(Set(old).count == old.count, "every key is distinct")
-        let liveLog = AdvLog()
-        let live = try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: 1, log: liveLog))
+        let liveLog = TimerLog()
+        let live = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 1, log: liveLog))
         #expect(!old.contains(live))
         var activeOld = 0
         var rescheduled = 0
@@ -444,8 +267,8 @@ struct TimeoutPathAdversarialTests {
     @Test func anOldHandleNeverReachesTheTimerThatReusedItsSlot() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let fired = AdvBox(0)
-        let first = try backend.schedule(.after(ms(1))) { _ in fired.with { $0 += 1 } }
+        let fired = Locked(0)
+        let first = try backend.schedule(.after(ms(1))) { _ in fired.withLock { $0 += 1 } }
         let firstName = first.name
         let firstID = first.id
         backend.advance(by: ms(1))
@@ -456,7 +279,7 @@ struct TimeoutPathAdversarialTests {
             handle.cancel()
             handles.append(handle)
         }
-        let live = try backend.schedule(.after(ms(5))) { _ in fired.with { $0 += 100 } }
+        let live = try backend.schedule(.after(ms(5))) { _ in fired.withLock { $0 += 100 } }
         #expect(Set(handles.map(\.id)).count == handles.count, "ids are never reused")
         #expect(!handles.map(\.id).contains(live.id))
         #expect(Set(handles.map(\.name)).count == handles.count, "generated names are never reused")
@@ -471,7 +294,7 @@ struct TimeoutPathAdversarialTests {
         #expect(handles.dropFirst().allSatisfy { $0.currentState == .cancelled && $0.fireCount == 0 && $0.endReason == .cancelled })
         #expect(live.isActive && live.currentState == .scheduled)
         backend.advance(by: ms(5))
-        #expect(fired.get == 101)
+        #expect(fired.current == 101)
         #expect(live.currentState == .finished && live.fireCount == 1)
         #expect(first.fireCount == 1, "the old handle did not take the new timer's fire")
     }
@@ -486,10 +309,10 @@ struct TimeoutPathAdversarialTests {
             a.shutdown()
             b.shutdown()
         }
-        let logA = AdvLog()
-        let logB = AdvLog()
-        let keyA = try a.schedule(.after(ms(10)), calling: AdvCallback(tag: 0, log: logA))
-        let keyB = try b.schedule(.after(ms(10)), calling: AdvCallback(tag: 1, log: logB))
+        let logA = TimerLog()
+        let logB = TimerLog()
+        let keyA = try a.schedule(.after(ms(10)), calling: LoggingCallback(tag: 0, log: logA))
+        let keyB = try b.schedule(.after(ms(10)), calling: LoggingCallback(tag: 1, log: logB))
         #expect(keyA != keyB)
         #expect(!b.isActive(keyA) && !a.isActive(keyB))
         b.cancel(keyA)
@@ -520,15 +343,15 @@ struct TimeoutPathAdversarialTests {
         var oldKeys: [TimerKey] = []
         do {
             let old = ManualBackend(registry: registry)
-            let callback = AdvCallback(tag: 0, log: AdvLog())
+            let callback = LoggingCallback(tag: 0, log: TimerLog())
             for _ in 0..<64 { oldKeys.append(try old.schedule(.after(.seconds(1)), calling: callback)) }
             old.shutdown()
         }
         let next = ManualBackend(registry: registry)
         defer { next.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         var keys: [TimerKey] = []
-        for tag in 0..<64 { keys.append(try next.schedule(.after(ms(10)), calling: AdvCallback(tag: tag, log: log))) }
+        for tag in 0..<64 { keys.append(try next.schedule(.after(ms(10)), calling: LoggingCallback(tag: tag, log: log))) }
         for key in oldKeys {
             #expect(!next.isActive(key))
             next.cancel(key)
@@ -546,8 +369,8 @@ struct TimeoutPathAdversarialTests {
     @Test func everyEndIsReportedOnceWithItsReasonAndFires() throws {
         let registry = TimerRegistry()
         let backend = ManualBackend(registry: registry)
-        let log = AdvLog()
-        func callback(_ tag: Int) -> AdvCallback { AdvCallback(tag: tag, log: log) }
+        let log = TimerLog()
+        func callback(_ tag: Int) -> LoggingCallback { LoggingCallback(tag: tag, log: log) }
         let cancelled = try backend.schedule(.after(ms(10)), calling: callback(0))
         let fired = try backend.schedule(.after(ms(10)), calling: callback(1))
         let movedThenFired = try backend.schedule(.after(ms(10)), calling: callback(2))
@@ -589,8 +412,8 @@ struct TimeoutPathAdversarialTests {
         let registry = TimerRegistry()
         let backend = ManualBackend(registry: registry)
         defer { backend.shutdown() }
-        let log = AdvLog()
-        for tag in 0..<50 { _ = try backend.advTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
+        let log = TimerLog()
+        for tag in 0..<50 { _ = try backend.scheduleTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
         registry.cancelAll()
         registry.cancelAll()
         backend.advance(by: .seconds(1))
@@ -606,28 +429,28 @@ struct TimeoutPathAdversarialTests {
     /// did takes effect.
     @Test(arguments: ["cancel", "fire", "cancelByName"])
     func timerEndedThatCallsBackIntoTheBackend(how: String) throws {
-        let result = try advWatchdog(10, "timerEnded re-entering the backend (\(how))") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "timerEnded re-entering the backend (\(how))") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = ManualBackend(registry: registry)
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let victim = try backend.schedule(.after(ms(50)), calling: AdvCallback(tag: 1, log: log))
-            let mover = try backend.schedule(.after(.seconds(100)), calling: AdvCallback(tag: 2, log: log))
-            let problems = AdvBox<[String]>([])
-            let ender = AdvCallback(
+            let log = TimerLog()
+            let victim = try backend.schedule(.after(ms(50)), calling: LoggingCallback(tag: 1, log: log))
+            let mover = try backend.schedule(.after(.seconds(100)), calling: LoggingCallback(tag: 2, log: log))
+            let problems = Locked<[String]>([])
+            let ender = LoggingCallback(
                 tag: 0, log: log,
                 onEnded: { key, _, _ in
                     do {
-                        _ = try backend.schedule(.after(ms(5)), calling: AdvCallback(tag: 3, log: log))
+                        _ = try backend.schedule(.after(ms(5)), calling: LoggingCallback(tag: 3, log: log))
                         backend.cancel(victim)
                         try backend.reschedule(mover, .after(ms(5)))
                         backend.cancel(key)
                         if (try? backend.reschedule(key, .after(ms(1)))) != nil {
-                            problems.with { $0.append("rescheduling the ended key inside its timerEnded succeeded") }
+                            problems.withLock { $0.append("rescheduling the ended key inside its timerEnded succeeded") }
                         }
-                        if backend.isActive(key) { problems.with { $0.append("the ended key is active in its timerEnded") } }
+                        if backend.isActive(key) { problems.withLock { $0.append("the ended key is active in its timerEnded") } }
                     } catch {
-                        problems.with { $0.append("re-entrant call threw \(error)") }
+                        problems.withLock { $0.append("re-entrant call threw \(error)") }
                     }
                 })
             let key = try backend.schedule(.after(ms(10)), name: "ender", calling: ender)
@@ -637,7 +460,7 @@ struct TimeoutPathAdversarialTests {
             default: try registry.cancel(named: "ender")
             }
             backend.advance(by: ms(100))
-            var out = problems.get
+            var out = problems.current
             let ends = log.ends
             if ends.filter({ $0.tag == 0 }).count != 1 { out.append("ender ended \(ends.filter { $0.tag == 0 }.count) times") }
             if log.fireCount(of: 1) != 0 { out.append("the victim fired after its cancel") }
@@ -655,26 +478,26 @@ struct TimeoutPathAdversarialTests {
     /// throw `backendShutDown`).
     @Test(arguments: ["cancel", "fire", "shutdown"])
     func aCallbackWhoseDeinitCallsBackIntoTheBackend(how: String) throws {
-        let result = try advWatchdog(10, "callback deinit re-entering the backend (\(how))") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "callback deinit re-entering the backend (\(how))") { () throws -> [String] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let victim = try backend.schedule(.after(ms(50)), calling: AdvCallback(tag: 1, log: log))
-            let mover = try backend.schedule(.after(.seconds(100)), calling: AdvCallback(tag: 2, log: log))
-            let outcome = AdvBox<[String]>([])
-            let deinitRan = AdvBox(false)
+            let log = TimerLog()
+            let victim = try backend.schedule(.after(ms(50)), calling: LoggingCallback(tag: 1, log: log))
+            let mover = try backend.schedule(.after(.seconds(100)), calling: LoggingCallback(tag: 2, log: log))
+            let outcome = Locked<[String]>([])
+            let deinitRan = Locked(false)
             let key = try backend.schedule(
                 .after(ms(10)),
-                calling: AdvCallback(
+                calling: LoggingCallback(
                     tag: 0, log: log,
                     onDeinit: {
-                        deinitRan.with { $0 = true }
+                        deinitRan.withLock { $0 = true }
                         backend.cancel(victim)
                         do {
-                            _ = try backend.schedule(.after(ms(5)), calling: AdvCallback(tag: 3, log: log))
+                            _ = try backend.schedule(.after(ms(5)), calling: LoggingCallback(tag: 3, log: log))
                             try backend.reschedule(mover, .after(ms(5)))
                         } catch {
-                            outcome.with { $0.append("threw \(error)") }
+                            outcome.withLock { $0.append("threw \(error)") }
                         }
                     }))
             switch how {
@@ -684,14 +507,14 @@ struct TimeoutPathAdversarialTests {
             }
             backend.advance(by: ms(100))
             var out: [String] = []
-            if !deinitRan.get { out.append("the callback was not released after its end") }
+            if !deinitRan.current { out.append("the callback was not released after its end") }
             if how == "shutdown" {
-                let errors = outcome.get
+                let errors = outcome.current
                 if errors.count != 1 || !errors[0].contains("backendShutDown") && !errors[0].contains("shut down") {
                     out.append("after shutdown, schedule in deinit: \(errors)")
                 }
             } else {
-                out += outcome.get
+                out += outcome.current
                 if log.fireCount(of: 1) != 0 { out.append("the victim fired after its cancel") }
                 if log.fireCount(of: 2) != 1 { out.append("the mover fired \(log.fireCount(of: 2)) times") }
                 if log.fireCount(of: 3) != 1 { out.append("the timer scheduled in deinit fired \(log.fireCount(of: 3)) times") }
@@ -705,24 +528,24 @@ struct TimeoutPathAdversarialTests {
     /// cancel, on fire and at shutdown.
     @Test(arguments: ["cancel", "fire", "shutdown"])
     func aHandlerCaptureWhoseDeinitCallsBackIntoTheBackend(how: String) throws {
-        let result = try advWatchdog(10, "handler capture deinit re-entering the backend (\(how))") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "handler capture deinit re-entering the backend (\(how))") { () throws -> [String] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
+            let log = TimerLog()
             let victim = try backend.schedule(.after(ms(50))) { _ in
                 log.fired(1, index: 0, scheduled: .distantFuture, actual: .distantFuture)
             }
-            let ran = AdvBox(false)
-            let errors = AdvBox<[String]>([])
+            let ran = Locked(false)
+            let errors = Locked<[String]>([])
             var handle: TimerHandle? = nil
             do {
-                let capture = AdvOnDeinit {
-                    ran.with { $0 = true }
+                let capture = OnDeinit {
+                    ran.withLock { $0 = true }
                     victim.cancel()
                     do {
                         try backend.schedule(.after(ms(5))) { _ in log.fired(3, index: 0, scheduled: .distantFuture, actual: .distantFuture)
                         }
-                    } catch { errors.with { $0.append("\(error)") } }
+                    } catch { errors.withLock { $0.append("\(error)") } }
                 }
                 handle = try backend.schedule(.after(ms(10))) { _ in _ = capture }
             }
@@ -733,13 +556,13 @@ struct TimeoutPathAdversarialTests {
             }
             backend.advance(by: ms(100))
             var out: [String] = []
-            if !ran.get { out.append("the handler's capture was not released after the end") }
+            if !ran.current { out.append("the handler's capture was not released after the end") }
             if how != "shutdown" {
-                out += errors.get
+                out += errors.current
                 if log.fireCount(of: 1) != 0 { out.append("the victim fired after its cancel") }
                 if log.fireCount(of: 3) != 1 { out.append("the timer scheduled in deinit fired \(log.fireCount(of: 3)) times") }
-            } else if errors.get.count != 1 {
-                out.append("after shutdown: \(errors.get)")
+            } else if errors.current.count != 1 {
+                out.append("after shutdown: \(errors.current)")
             }
             _ = handle
             return out
@@ -750,41 +573,41 @@ struct TimeoutPathAdversarialTests {
     /// One-shots that reschedule themselves from their own call (`Tick.timer`: "handlers use it
     /// to cancel or reschedule themselves"; for a key, `fire.key`), five times: six calls, one
     /// end, `.completed` with 6 fires.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aOneShotReschedulingItselfFromItsCall(path: AdvPath) throws {
-        let result = try advWatchdog(10, "self-rescheduling one-shot (\(path))") {
-            () throws -> (fires: Int, ends: [AdvLog.End], error: String?) in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aOneShotReschedulingItselfFromItsCall(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "self-rescheduling one-shot (\(path))") {
+            () throws -> (fires: Int, ends: [TimerLog.End], error: String?) in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let failure = AdvBox<String?>(nil)
+            let log = TimerLog()
+            let failure = Locked<String?>(nil)
             switch path {
             case .key:
-                let calls = AdvBox(0)
+                let calls = Locked(0)
                 _ = try backend.schedule(
                     .after(ms(10)),
-                    calling: AdvCallback(
+                    calling: LoggingCallback(
                         tag: 0, log: log,
                         onFire: { fire in
-                            let n = calls.with {
+                            let n = calls.withLock {
                                 $0 += 1
                                 return $0
                             }
                             if n <= 5 {
-                                do { try backend.reschedule(fire.key, .after(ms(10))) } catch { failure.with { $0 = "\(error)" } }
+                                do { try backend.reschedule(fire.key, .after(ms(10))) } catch { failure.withLock { $0 = "\(error)" } }
                             }
                         }))
             case .handle:
                 let handle = try backend.schedule(.after(ms(10))) { tick in
                     log.fired(0, index: tick.index, scheduled: tick.scheduled, actual: tick.actual)
                     if tick.index < 5 {
-                        do { try tick.timer.reschedule(.after(ms(10))) } catch { failure.with { $0 = "\(error)" } }
+                        do { try tick.timer.reschedule(.after(ms(10))) } catch { failure.withLock { $0 = "\(error)" } }
                     }
                 }
                 handle.onEnd { [handle] reason in log.ended(0, reason, fires: handle.fireCount) }
             }
             backend.advance(by: .seconds(1))
-            return (log.fires.count, log.ends, failure.get)
+            return (log.fires.count, log.ends, failure.current)
         }
         if let result {
             #expect(result.error == nil, "rescheduling itself from its call threw")
@@ -796,32 +619,32 @@ struct TimeoutPathAdversarialTests {
     /// A one-shot rescheduled from another thread while its call runs (the call waits for that
     /// reschedule to return): the reschedule succeeds, and the timer makes a second call at its
     /// new deadline, on both paths.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aOneShotRescheduledFromAnotherThreadDuringItsCallMakesAnother(path: AdvPath) throws {
-        let result = try advWatchdog(10, "reschedule from another thread during the call (\(path))") {
-            () throws -> (fires: [AdvLog.Fire], ends: [AdvLog.End], error: String?) in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aOneShotRescheduledFromAnotherThreadDuringItsCallMakesAnother(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "reschedule from another thread during the call (\(path))") {
+            () throws -> (fires: [TimerLog.Fire], ends: [TimerLog.End], error: String?) in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let held = AdvBox<AdvHeld?>(nil)
-            let failure = AdvBox<String?>(nil)
-            let timer = try backend.advTimeout(ms(10), tag: 0, path: path, log: log) {
-                guard log.fires.count == 1, let timer = held.get else { return }
+            let log = TimerLog()
+            let held = Locked<HeldTimer?>(nil)
+            let failure = Locked<String?>(nil)
+            let timer = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log) {
+                guard log.fires.count == 1, let timer = held.current else { return }
                 let done = DispatchSemaphore(value: 0)
                 Thread.detachNewThread {
-                    do { try backend.advReschedule(timer, ms(20)) } catch { failure.with { $0 = "\(error)" } }
+                    do { try backend.reschedule(held: timer, after: ms(20)) } catch { failure.withLock { $0 = "\(error)" } }
                     done.signal()
                 }
                 done.wait()
             }
-            held.with { $0 = timer }
+            held.withLock { $0 = timer }
             backend.advance(by: ms(10))
             backend.advance(by: ms(19))
             let firesBefore = log.fires.count
             backend.advance(by: ms(1))
-            if firesBefore != 1 { failure.with { $0 = "\(firesBefore) calls before the new deadline" } }
+            if firesBefore != 1 { failure.withLock { $0 = "\(firesBefore) calls before the new deadline" } }
             backend.advance(by: .seconds(1))
-            return (log.fires, log.ends, failure.get)
+            return (log.fires, log.ends, failure.current)
         }
         if let result {
             #expect(result.error == nil)
@@ -837,22 +660,22 @@ struct TimeoutPathAdversarialTests {
     /// its backend down: a timer is live until its last call returns, so it ends for that
     /// reason, with the call counted, on both paths.
     @Test func aOneShotEndingItselfFromItsCall() throws {
-        let result = try advWatchdog(10, "one-shots ending themselves") { () throws -> [String: [AdvLog.End]] in
-            var out: [String: [AdvLog.End]] = [:]
-            for path in AdvPath.allCases {
+        let result = try runUnderWatchdog(10, "one-shots ending themselves") { () throws -> [String: [TimerLog.End]] in
+            var out: [String: [TimerLog.End]] = [:]
+            for path in TimerPath.allCases {
                 for how in ["cancel", "shutdown"] {
                     let backend = ManualBackend(registry: TimerRegistry())
                     defer { backend.shutdown() }
-                    let log = AdvLog()
-                    let me = AdvBox<AdvHeld?>(nil)
-                    me.with {
-                        $0 = try? backend.advTimeout(ms(10), tag: 0, path: path, log: log) {
-                            if how == "cancel" { backend.advCancel(me.get!) } else { backend.shutdown() }
+                    let log = TimerLog()
+                    let me = Locked<HeldTimer?>(nil)
+                    me.withLock {
+                        $0 = try? backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log) {
+                            if how == "cancel" { backend.cancel(held: me.current!) } else { backend.shutdown() }
                         }
                     }
                     backend.advance(by: ms(10))
                     out["\(path)/\(how)"] = log.ends
-                    if case let .handle(handle)? = me.get {
+                    if case let .handle(handle)? = me.current {
                         out["\(path)/\(how)/state"] = [
                             .init(tag: handle.fireCount, reason: handle.endReason ?? .completed, fires: Int(handle.currentState.rawValue))
                         ]
@@ -883,29 +706,29 @@ struct TimeoutPathAdversarialTests {
     @Test func theBackendsCapRefusesCountsAndRecovers() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         try backend.limitLiveTimers(to: 3)
         #expect(backend.maxLiveTimers == 3)
-        let a = try backend.advTimeout(ms(10), tag: 0, path: .key, log: log)
-        _ = try backend.advTimeout(ms(20), tag: 1, path: .handle, log: log)
-        let c = try backend.advTimeout(ms(30), tag: 2, path: .key, log: log)
+        let a = try backend.scheduleTimeout(ms(10), tag: 0, path: .key, log: log)
+        _ = try backend.scheduleTimeout(ms(20), tag: 1, path: .handle, log: log)
+        let c = try backend.scheduleTimeout(ms(30), tag: 2, path: .key, log: log)
         let refusal = TimerError.liveTimerLimit(scope: "manual backend", limit: 3)
-        for (i, path) in [AdvPath.key, .handle, .key, .handle].enumerated() {
-            #expect(throws: refusal) { try backend.advTimeout(ms(1), tag: 100 + i, path: path, log: log) }
+        for (i, path) in [TimerPath.key, .handle, .key, .handle].enumerated() {
+            #expect(throws: refusal) { try backend.scheduleTimeout(ms(1), tag: 100 + i, path: path, log: log) }
         }
         #expect(backend.refusedByLiveTimerLimit == 4)
         #expect(backend.statistics.liveTimers == 3)
         #expect(backend.registry.count == 3)
         // A reschedule at the cap is no new timer.
-        try backend.advReschedule(a, ms(5))
-        try backend.advReschedule(c, ms(6))
+        try backend.reschedule(held: a, after: ms(5))
+        try backend.reschedule(held: c, after: ms(6))
         #expect(backend.refusedByLiveTimerLimit == 4)
-        backend.advCancel(c)
-        _ = try backend.advTimeout(ms(40), tag: 3, path: .handle, log: log)
-        #expect(throws: refusal) { try backend.advTimeout(ms(1), tag: 104, path: .key, log: log) }
+        backend.cancel(held: c)
+        _ = try backend.scheduleTimeout(ms(40), tag: 3, path: .handle, log: log)
+        #expect(throws: refusal) { try backend.scheduleTimeout(ms(1), tag: 104, path: .key, log: log) }
         backend.advance(by: ms(5))  // a fires
         #expect(log.firedTags == [0])
-        _ = try backend.advTimeout(ms(1), tag: 4, path: .key, log: log)
+        _ = try backend.scheduleTimeout(ms(1), tag: 4, path: .key, log: log)
         backend.advance(by: .seconds(1))
         #expect(log.firedTags == [0, 4, 1, 3])
         #expect(backend.refusedByLiveTimerLimit == 5)
@@ -918,31 +741,32 @@ struct TimeoutPathAdversarialTests {
 
     /// At the cap, a timer's end makes room: `timerEnded` (and a handle's `onEnd`) that
     /// schedules the replacement must succeed, since the ended timer is no longer live.
-    @Test(arguments: AdvPath.allCases, ["cancel", "fire"])
-    fileprivate func aReplacementScheduledFromTheEndCallbackAtTheCapIsAccepted(path: AdvPath, how: String) throws {
-        let result = try advWatchdog(10, "replacement at the cap (\(path), \(how))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases, ["cancel", "fire"])
+    fileprivate func aReplacementScheduledFromTheEndCallbackAtTheCapIsAccepted(path: TimerPath, how: String) throws {
+        let result = try runUnderWatchdog(10, "replacement at the cap (\(path), \(how))") { () throws -> [String] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
             try backend.limitLiveTimers(to: 1)
-            let log = AdvLog()
-            let problems = AdvBox<[String]>([])
+            let log = TimerLog()
+            let problems = Locked<[String]>([])
             let replace: @Sendable () -> Void = {
-                do { _ = try backend.schedule(.after(ms(5)), calling: AdvCallback(tag: 1, log: log)) } catch {
-                    problems.with { $0.append("replacement refused: \(error)") }
+                do { _ = try backend.schedule(.after(ms(5)), calling: LoggingCallback(tag: 1, log: log)) } catch {
+                    problems.withLock { $0.append("replacement refused: \(error)") }
                 }
             }
-            let held: AdvHeld
+            let held: HeldTimer
             switch path {
             case .key:
-                held = .key(try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: 0, log: log, onEnded: { _, _, _ in replace() })))
+                held = .key(
+                    try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 0, log: log, onEnded: { _, _, _ in replace() })))
             case .handle:
                 let handle = try backend.schedule(.after(ms(10))) { _ in }
                 handle.onEnd { _ in replace() }
                 held = .handle(handle)
             }
-            if how == "cancel" { backend.advCancel(held) } else { backend.advance(by: ms(10)) }
+            if how == "cancel" { backend.cancel(held: held) } else { backend.advance(by: ms(10)) }
             backend.advance(by: ms(100))
-            var out = problems.get
+            var out = problems.current
             if log.fireCount(of: 1) != 1 { out.append("the replacement fired \(log.fireCount(of: 1)) times") }
             if backend.refusedByLiveTimerLimit != 0 { out.append("refusals: \(backend.refusedByLiveTimerLimit)") }
             return out
@@ -958,21 +782,21 @@ struct TimeoutPathAdversarialTests {
         let a = ManualBackend(registry: registry)
         let b = ManualBackend(registry: registry)
         defer { b.shutdown() }
-        let log = AdvLog()
-        _ = try a.advTimeout(ms(10), tag: 0, path: .key, log: log)
-        _ = try a.advTimeout(ms(10), tag: 1, path: .handle, log: log)
-        _ = try b.advTimeout(ms(10), tag: 2, path: .key, log: log)
-        _ = try b.advTimeout(ms(10), tag: 3, path: .handle, log: log)
+        let log = TimerLog()
+        _ = try a.scheduleTimeout(ms(10), tag: 0, path: .key, log: log)
+        _ = try a.scheduleTimeout(ms(10), tag: 1, path: .handle, log: log)
+        _ = try b.scheduleTimeout(ms(10), tag: 2, path: .key, log: log)
+        _ = try b.scheduleTimeout(ms(10), tag: 3, path: .handle, log: log)
         let refusal = TimerError.liveTimerLimit(scope: "registry", limit: 4)
-        #expect(throws: refusal) { try a.advTimeout(ms(1), tag: 10, path: .key, log: log) }
-        #expect(throws: refusal) { try b.advTimeout(ms(1), tag: 11, path: .handle, log: log) }
+        #expect(throws: refusal) { try a.scheduleTimeout(ms(1), tag: 10, path: .key, log: log) }
+        #expect(throws: refusal) { try b.scheduleTimeout(ms(1), tag: 11, path: .handle, log: log) }
         #expect(registry.refusedByLiveTimerLimit == 2)
         #expect(registry.count == 4)
         a.shutdown()
         #expect(registry.count == 2)
-        _ = try b.advTimeout(ms(1), tag: 4, path: .key, log: log)
-        _ = try b.advTimeout(ms(1), tag: 5, path: .handle, log: log)
-        #expect(throws: refusal) { try b.advTimeout(ms(1), tag: 12, path: .key, log: log) }
+        _ = try b.scheduleTimeout(ms(1), tag: 4, path: .key, log: log)
+        _ = try b.scheduleTimeout(ms(1), tag: 5, path: .handle, log: log)
+        #expect(throws: refusal) { try b.scheduleTimeout(ms(1), tag: 12, path: .key, log: log) }
         b.advance(by: ms(10))
         #expect(Set(log.firedTags) == [2, 3, 4, 5])
         #expect(registry.count == 0)
@@ -985,25 +809,25 @@ struct TimeoutPathAdversarialTests {
     @Test func aCapLoweredBelowTheLiveCount() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
-        var held: [AdvHeld] = []
-        for tag in 0..<5 { held.append(try backend.advTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log)) }
+        let log = TimerLog()
+        var held: [HeldTimer] = []
+        for tag in 0..<5 { held.append(try backend.scheduleTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log)) }
         try backend.limitLiveTimers(to: 2)
-        #expect(held.allSatisfy { backend.advIsActive($0) })
+        #expect(held.allSatisfy { backend.isActive(held: $0) })
         #expect(throws: TimerError.liveTimerLimit(scope: "manual backend", limit: 2)) {
-            try backend.advTimeout(ms(1), tag: 9, path: .key, log: log)
+            try backend.scheduleTimeout(ms(1), tag: 9, path: .key, log: log)
         }
-        backend.advCancel(held[0])
-        backend.advCancel(held[1])
+        backend.cancel(held: held[0])
+        backend.cancel(held: held[1])
         #expect(throws: TimerError.liveTimerLimit(scope: "manual backend", limit: 2)) {
-            try backend.advTimeout(ms(1), tag: 9, path: .handle, log: log)
+            try backend.scheduleTimeout(ms(1), tag: 9, path: .handle, log: log)
         }
-        backend.advCancel(held[2])
+        backend.cancel(held: held[2])
         #expect(throws: TimerError.liveTimerLimit(scope: "manual backend", limit: 2), "2 live at a cap of 2: still full") {
-            try backend.advTimeout(ms(1), tag: 9, path: .key, log: log)
+            try backend.scheduleTimeout(ms(1), tag: 9, path: .key, log: log)
         }
-        backend.advCancel(held[3])
-        _ = try backend.advTimeout(ms(1), tag: 5, path: .key, log: log)
+        backend.cancel(held: held[3])
+        _ = try backend.scheduleTimeout(ms(1), tag: 5, path: .key, log: log)
         backend.advance(by: ms(100))
         #expect(log.firedTags == [5, 4])
         #expect(log.fireCount(of: 9) == 0)
@@ -1017,23 +841,27 @@ struct TimeoutPathAdversarialTests {
     /// refused with a typed error (or do nothing); nothing fires.
     @Test func afterShutdownTimeoutsAreRefused() throws {
         let backend = ManualBackend(registry: TimerRegistry())
-        let log = AdvLog()
-        let key = try backend.advTimeout(ms(10), tag: 0, path: .key, log: log)
-        let handle = try backend.advTimeout(ms(10), tag: 1, path: .handle, log: log)
+        let log = TimerLog()
+        let key = try backend.scheduleTimeout(ms(10), tag: 0, path: .key, log: log)
+        let handle = try backend.scheduleTimeout(ms(10), tag: 1, path: .handle, log: log)
         backend.shutdown()
-        for path in AdvPath.allCases {
-            #expect(throws: TimerError.backendShutDown(backend: "manual")) { try backend.advTimeout(ms(1), tag: 9, path: path, log: log) }
-            #expect(throws: TimerError.backendShutDown(backend: "manual")) { try backend.advTimeout(.zero, tag: 9, path: path, log: log) }
+        for path in TimerPath.allCases {
+            #expect(throws: TimerError.backendShutDown(backend: "manual")) {
+                try backend.scheduleTimeout(ms(1), tag: 9, path: path, log: log)
+            }
+            #expect(throws: TimerError.backendShutDown(backend: "manual")) {
+                try backend.scheduleTimeout(.zero, tag: 9, path: path, log: log)
+            }
         }
         for held in [key, handle] {
-            #expect(!backend.advIsActive(held))
-            backend.advCancel(held)
+            #expect(!backend.isActive(held: held))
+            backend.cancel(held: held)
             do {
-                try backend.advReschedule(held, ms(1))
+                try backend.reschedule(held: held, after: ms(1))
                 Issue.record("reschedule after shutdown did not throw")
             } catch {
                 // Its timer has ended: the key or handle answers only that.
-                #expect(advIsTimerEnded(error, state: .cancelled), "reschedule after shutdown: \(error)")
+                #expect(isTimerEnded(error, state: .cancelled), "reschedule after shutdown: \(error)")
             }
         }
         backend.advance(by: .seconds(1))
@@ -1045,16 +873,16 @@ struct TimeoutPathAdversarialTests {
     /// A handler that shuts its backend down, with other timeouts due at the same instant (and
     /// later): shutdown returns, none of the others runs after it, each ends once with
     /// `.backendShutDown`.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func shutdownFromAHandlerWithOthersDueAtTheSameInstant(path: AdvPath) throws {
-        let result = try advWatchdog(10, "shutdown from a handler (\(path))") { () throws -> (fired: [Int], ends: [AdvLog.End]) in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func shutdownFromAHandlerWithOthersDueAtTheSameInstant(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "shutdown from a handler (\(path))") { () throws -> (fired: [Int], ends: [TimerLog.End]) in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            _ = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-            _ = try backend.advTimeout(ms(10), tag: 1, path: path, log: log, onFire: { backend.shutdown() })
-            _ = try backend.advTimeout(ms(10), tag: 2, path: path, log: log)
-            _ = try backend.advTimeout(ms(11), tag: 3, path: path, log: log)
+            let log = TimerLog()
+            _ = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+            _ = try backend.scheduleTimeout(ms(10), tag: 1, path: path, log: log, onFire: { backend.shutdown() })
+            _ = try backend.scheduleTimeout(ms(10), tag: 2, path: path, log: log)
+            _ = try backend.scheduleTimeout(ms(11), tag: 3, path: path, log: log)
             backend.advance(by: ms(100))
             return (log.firedTags, log.ends)
         }
@@ -1076,13 +904,13 @@ struct TimeoutPathAdversarialTests {
     /// other timer once, no deadlock.
     @Test(arguments: ["cancel", "fire"])
     func shutdownFromInsideTimerEnded(how: String) throws {
-        let result = try advWatchdog(10, "shutdown from timerEnded (\(how))") { () throws -> [AdvLog.End] in
+        let result = try runUnderWatchdog(10, "shutdown from timerEnded (\(how))") { () throws -> [TimerLog.End] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            for tag in 1...20 { _ = try backend.advTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
+            let log = TimerLog()
+            for tag in 1...20 { _ = try backend.scheduleTimeout(ms(10 + tag), tag: tag, path: tag % 2 == 0 ? .key : .handle, log: log) }
             let key = try backend.schedule(
-                .after(ms(10)), calling: AdvCallback(tag: 0, log: log, onEnded: { _, _, _ in backend.shutdown() }))
+                .after(ms(10)), calling: LoggingCallback(tag: 0, log: log, onEnded: { _, _, _ in backend.shutdown() }))
             if how == "cancel" { backend.cancel(key) } else { backend.advance(by: ms(10)) }
             backend.advance(by: ms(100))
             return log.ends
@@ -1097,49 +925,51 @@ struct TimeoutPathAdversarialTests {
     // MARK: Extremes
 
     /// `.after(.zero)` is due now: it fires at the next `advance(by: .zero)` / `runDue()`, not late.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aZeroTimeoutIsDueNow(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aZeroTimeoutIsDueNow(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let now = backend.now()
-        _ = try backend.advTimeout(.zero, tag: 0, path: path, log: log)
-        _ = try backend.advTimeout(.nanoseconds(1), tag: 1, path: path, log: log)
-        _ = try backend.advTimeout(.zero, tag: 2, path: path, log: log)
+        _ = try backend.scheduleTimeout(.zero, tag: 0, path: path, log: log)
+        _ = try backend.scheduleTimeout(.nanoseconds(1), tag: 1, path: path, log: log)
+        _ = try backend.scheduleTimeout(.zero, tag: 2, path: path, log: log)
         backend.runDue()
         #expect(log.firedTags == [0, 2])
         #expect(log.fires.allSatisfy { $0.scheduled == now && $0.actual == now })
         backend.advance(by: .nanoseconds(1))
         #expect(log.firedTags == [0, 2, 1])
         // Sub-nanosecond positive delays are not negative: accepted, due now.
-        _ = try backend.advTimeout(Duration(secondsComponent: 0, attosecondsComponent: 1), tag: 3, path: path, log: log)
+        _ = try backend.scheduleTimeout(Duration(secondsComponent: 0, attosecondsComponent: 1), tag: 3, path: path, log: log)
         backend.runDue()
         #expect(log.firedTags == [0, 2, 1, 3])
     }
 
     /// Negative delays are refused with `negativeDuration(parameter: "delay", ...)` on both
     /// paths, and register nothing; a refused reschedule leaves the timer as it was.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func negativeDelaysAreRefusedAndLeaveNothingBehind(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func negativeDelaysAreRefusedAndLeaveNothingBehind(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let negatives: [Duration] = [
             .nanoseconds(-1), .seconds(-1), Duration(secondsComponent: 0, attosecondsComponent: -1),
             Duration(secondsComponent: Int64.min, attosecondsComponent: 0), .milliseconds(Int64.min),
         ]
         for delay in negatives {
             #expect(throws: TimerError.negativeDuration(parameter: "delay", value: delay)) {
-                try backend.advTimeout(delay, tag: 9, path: path, log: log)
+                try backend.scheduleTimeout(delay, tag: 9, path: path, log: log)
             }
         }
         #expect(backend.registry.count == 0)
         #expect(backend.statistics.liveTimers == 0)
-        let held = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
+        let held = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
         for delay in negatives {
-            #expect(throws: TimerError.negativeDuration(parameter: "delay", value: delay)) { try backend.advReschedule(held, delay) }
+            #expect(throws: TimerError.negativeDuration(parameter: "delay", value: delay)) {
+                try backend.reschedule(held: held, after: delay)
+            }
         }
-        #expect(backend.advIsActive(held), "a refused reschedule leaves the timer scheduled")
+        #expect(backend.isActive(held: held), "a refused reschedule leaves the timer scheduled")
         backend.advance(by: ms(9))
         #expect(log.fires.isEmpty, "a refused reschedule did not make it due now")
         backend.advance(by: ms(1))
@@ -1147,7 +977,7 @@ struct TimeoutPathAdversarialTests {
         #expect(log.ends(of: 9).isEmpty)
         // Seconds: NaN, infinities and negatives are refused too.
         #expect(throws: TimerError.nonFiniteSeconds(parameter: "delay", value: .nan)) {
-            try backend.schedule(.after(seconds: .nan), calling: AdvCallback(tag: 9, log: log))
+            try backend.schedule(.after(seconds: .nan), calling: LoggingCallback(tag: 9, log: log))
         }
         #expect(throws: TimerError.nonFiniteSeconds(parameter: "delay", value: .infinity)) {
             try backend.schedule(.after(seconds: .infinity)) { _ in }
@@ -1158,23 +988,23 @@ struct TimeoutPathAdversarialTests {
     /// Huge delays: `.seconds(Int64.max)`, the largest `Duration`, 1e300 s, and delays that end
     /// exactly at or just before the horizon. Nothing traps; deadlines at/after the horizon stay
     /// scheduled and never fire; horizon - 1 ns fires; advancing to the end of time returns.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func hugeDelaysSaturateAndTheHorizonHolds(path: AdvPath) throws {
-        let result = try advWatchdog(10, "huge delays (\(path))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func hugeDelaysSaturateAndTheHorizonHolds(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "huge delays (\(path))") { () throws -> [String] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
+            let log = TimerLog()
             let now = backend.now()
             let toHorizon = MonotonicInstant.horizon - now
-            var held: [AdvHeld] = []
-            held.append(try backend.advTimeout(.seconds(Int64.max), tag: 0, path: path, log: log))
+            var held: [HeldTimer] = []
+            held.append(try backend.scheduleTimeout(.seconds(Int64.max), tag: 0, path: path, log: log))
             held.append(
-                try backend.advTimeout(
+                try backend.scheduleTimeout(
                     Duration(secondsComponent: Int64.max, attosecondsComponent: 999_999_999_999_999_999), tag: 1, path: path, log: log))
-            held.append(try backend.advTimeout(toHorizon, tag: 2, path: path, log: log))
-            held.append(try backend.advTimeout(toHorizon - .nanoseconds(1), tag: 3, path: path, log: log))
+            held.append(try backend.scheduleTimeout(toHorizon, tag: 2, path: path, log: log))
+            held.append(try backend.scheduleTimeout(toHorizon - .nanoseconds(1), tag: 3, path: path, log: log))
             switch path {
-            case .key: held.append(.key(try backend.schedule(.after(seconds: 1e300), calling: AdvCallback(tag: 4, log: log))))
+            case .key: held.append(.key(try backend.schedule(.after(seconds: 1e300), calling: LoggingCallback(tag: 4, log: log))))
             case .handle:
                 held.append(
                     .handle(
@@ -1189,7 +1019,9 @@ struct TimeoutPathAdversarialTests {
             if let fire = log.fires.first, fire.scheduled != MonotonicInstant(nanoseconds: MonotonicInstant.horizon.nanoseconds - 1) {
                 out.append("horizon-1 fired as \(fire.scheduled)")
             }
-            for (i, h) in held.enumerated() where i != 3 && !backend.advIsActive(h) { out.append("timer \(i) is not scheduled any more") }
+            for (i, h) in held.enumerated() where i != 3 && !backend.isActive(held: h) {
+                out.append("timer \(i) is not scheduled any more")
+            }
             return out
         }
         if let result { #expect(result == []) }
@@ -1197,49 +1029,51 @@ struct TimeoutPathAdversarialTests {
 
     /// A timer parked past the horizon, moved to a near deadline, fires there; one moved from
     /// near to parked never fires.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func parkedAndUnparked(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func parkedAndUnparked(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
-        let parked = try backend.advTimeout(.seconds(Int64.max), tag: 0, path: path, log: log)
-        let near = try backend.advTimeout(ms(5), tag: 1, path: path, log: log)
-        try backend.advReschedule(parked, ms(10))
-        try backend.advReschedule(near, .seconds(Int64.max))
+        let log = TimerLog()
+        let parked = try backend.scheduleTimeout(.seconds(Int64.max), tag: 0, path: path, log: log)
+        let near = try backend.scheduleTimeout(ms(5), tag: 1, path: path, log: log)
+        try backend.reschedule(held: parked, after: ms(10))
+        try backend.reschedule(held: near, after: .seconds(Int64.max))
         backend.advance(by: ms(9))
         #expect(log.fires.isEmpty)
         backend.advance(by: ms(1))
         #expect(log.firedTags == [0])
         backend.advance(by: .seconds(1_000_000))
         #expect(log.firedTags == [0])
-        #expect(backend.advIsActive(near))
+        #expect(backend.isActive(held: near))
     }
 
     /// Near the end of the clock: the manual clock starts just below UInt64.max and at the
     /// horizon's edge; adding delays must saturate, not trap, and past-horizon stays unfired.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func delaysThatOverflowWhenAddedToNow(path: AdvPath) throws {
-        let result = try advWatchdog(10, "overflowing deadlines (\(path))") { () throws -> [String] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func delaysThatOverflowWhenAddedToNow(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "overflowing deadlines (\(path))") { () throws -> [String] in
             var out: [String] = []
             do {
                 let backend = ManualBackend(start: MonotonicInstant(nanoseconds: UInt64.max - 10), registry: TimerRegistry())
                 defer { backend.shutdown() }
-                let log = AdvLog()
-                let a = try backend.advTimeout(.seconds(1), tag: 0, path: path, log: log)
-                let b = try backend.advTimeout(.seconds(Int64.max), tag: 1, path: path, log: log)
-                let c = try backend.advTimeout(.zero, tag: 2, path: path, log: log)
-                try backend.advReschedule(a, .seconds(Int64.max))
+                let log = TimerLog()
+                let a = try backend.scheduleTimeout(.seconds(1), tag: 0, path: path, log: log)
+                let b = try backend.scheduleTimeout(.seconds(Int64.max), tag: 1, path: path, log: log)
+                let c = try backend.scheduleTimeout(.zero, tag: 2, path: path, log: log)
+                try backend.reschedule(held: a, after: .seconds(Int64.max))
                 backend.advance(to: .distantFuture)
                 if !log.fires.isEmpty { out.append("past the horizon, fired \(log.firedTags)") }
-                if !backend.advIsActive(a) || !backend.advIsActive(b) || !backend.advIsActive(c) { out.append("a parked timer ended") }
+                if !backend.isActive(held: a) || !backend.isActive(held: b) || !backend.isActive(held: c) {
+                    out.append("a parked timer ended")
+                }
             }
             do {
                 let start = MonotonicInstant(nanoseconds: MonotonicInstant.horizon.nanoseconds - 5)
                 let backend = ManualBackend(start: start, registry: TimerRegistry())
                 defer { backend.shutdown() }
-                let log = AdvLog()
-                _ = try backend.advTimeout(.nanoseconds(3), tag: 0, path: path, log: log)  // horizon - 2: fires
-                _ = try backend.advTimeout(.nanoseconds(5), tag: 1, path: path, log: log)  // horizon: never
+                let log = TimerLog()
+                _ = try backend.scheduleTimeout(.nanoseconds(3), tag: 0, path: path, log: log)  // horizon - 2: fires
+                _ = try backend.scheduleTimeout(.nanoseconds(5), tag: 1, path: path, log: log)  // horizon: never
                 backend.advance(to: .distantFuture)
                 if log.firedTags != [0] { out.append("at the horizon's edge fired \(log.firedTags), expected [0]") }
             }
@@ -1253,22 +1087,22 @@ struct TimeoutPathAdversarialTests {
     /// Inside a call at 10 ms: cancelling a timer due at the same instant (later in order)
     /// stops it; moving one due at 20 ms to now fires it in this advance; a `.after(.zero)`
     /// scheduled there fires in this advance, after the others already due at 10 ms.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aHandlerChangesTimersOfItsOwnBatch(path: AdvPath) throws {
-        let result = try advWatchdog(10, "handler editing its batch (\(path))") { () throws -> [Int] in
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aHandlerChangesTimersOfItsOwnBatch(path: TimerPath) throws {
+        let result = try runUnderWatchdog(10, "handler editing its batch (\(path))") { () throws -> [Int] in
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let refs = AdvBox<[Int: AdvHeld]>([:])
-            _ = try backend.advTimeout(ms(10), tag: 0, path: path, log: log) {
-                let r = refs.get
-                backend.advCancel(r[1]!)
-                try? backend.advReschedule(r[3]!, .zero)
-                _ = try? backend.advTimeout(.zero, tag: 4, path: path, log: log)
+            let log = TimerLog()
+            let refs = Locked<[Int: HeldTimer]>([:])
+            _ = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log) {
+                let r = refs.current
+                backend.cancel(held: r[1]!)
+                try? backend.reschedule(held: r[3]!, after: .zero)
+                _ = try? backend.scheduleTimeout(.zero, tag: 4, path: path, log: log)
             }
-            refs.with { $0[1] = try! backend.advTimeout(ms(10), tag: 1, path: path, log: log) }
-            refs.with { $0[2] = try! backend.advTimeout(ms(10), tag: 2, path: path, log: log) }
-            refs.with { $0[3] = try! backend.advTimeout(ms(20), tag: 3, path: path, log: log) }
+            refs.withLock { $0[1] = try! backend.scheduleTimeout(ms(10), tag: 1, path: path, log: log) }
+            refs.withLock { $0[2] = try! backend.scheduleTimeout(ms(10), tag: 2, path: path, log: log) }
+            refs.withLock { $0[3] = try! backend.scheduleTimeout(ms(20), tag: 3, path: path, log: log) }
             backend.advance(by: ms(10))
             return log.firedTags
         }
@@ -1290,7 +1124,7 @@ struct TimeoutPathAdversarialTests {
     @Test func equalDeadlinesKeepSchedulingOrderAcrossTheTimeoutAndGeneralPaths() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let now = backend.now()
         let due = now + ms(10)
         var tag = 0
@@ -1299,18 +1133,18 @@ struct TimeoutPathAdversarialTests {
             return tag
         }
         for round in 0..<20 {
-            _ = try backend.advTimeout(ms(10), tag: next(), path: .key, log: log)
+            _ = try backend.scheduleTimeout(ms(10), tag: next(), path: .key, log: log)
             let t1 = next()
             try backend.schedule(.at(due)) { tick in log.fired(t1, index: tick.index, scheduled: tick.scheduled, actual: tick.actual) }
-            _ = try backend.advTimeout(ms(10), tag: next(), path: .handle, log: log)
-            _ = try backend.schedule(.after(ms(10)), name: "named-\(round)", calling: AdvCallback(tag: next(), log: log))
-            _ = try backend.schedule(.after(seconds: 0.010), calling: AdvCallback(tag: next(), log: log))
+            _ = try backend.scheduleTimeout(ms(10), tag: next(), path: .handle, log: log)
+            _ = try backend.schedule(.after(ms(10)), name: "named-\(round)", calling: LoggingCallback(tag: next(), log: log))
+            _ = try backend.schedule(.after(seconds: 0.010), calling: LoggingCallback(tag: next(), log: log))
             let t5 = next()
             try backend.schedule(.after(ms(10), on: .monotonic)) { tick in
                 log.fired(t5, index: tick.index, scheduled: tick.scheduled, actual: tick.actual)
             }
-            _ = try backend.schedule(.after(ms(10)), tolerance: .zero, missedTicks: .burst, calling: AdvCallback(tag: next(), log: log))
-            _ = try backend.schedule(.at(due), calling: AdvCallback(tag: next(), log: log))
+            _ = try backend.schedule(.after(ms(10)), tolerance: .zero, missedTicks: .burst, calling: LoggingCallback(tag: next(), log: log))
+            _ = try backend.schedule(.at(due), calling: LoggingCallback(tag: next(), log: log))
         }
         backend.advance(by: ms(10))
         #expect(log.firedTags == Array(0..<tag))
@@ -1328,11 +1162,11 @@ struct TimeoutPathAdversarialTests {
     func aRandomWalkAgreesWithAModel(seed: Int) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        var rng = AdvRandom(state: UInt64(seed) &* 1_000_003)
+        var rng = SplitMix64(state: UInt64(seed) &* 1_000_003)
         struct Model {
-            var held: AdvHeld
+            var held: HeldTimer
             var due: Int  // ns since start: the deadline, or the resume time if later
             var state: TimerState
             var order: Int  // when it was last put on its deadline (for ties)
@@ -1349,8 +1183,8 @@ struct TimeoutPathAdversarialTests {
             let roll = rng.below(100)
             if roll < 30 || live.isEmpty {
                 let delay = rng.below(4) == 0 ? 0 : rng.below(3_000_000)
-                let path: AdvPath = rng.below(2) == 0 ? .key : .handle
-                let held = try backend.advTimeout(.nanoseconds(delay), tag: timers.count, path: path, log: log)
+                let path: TimerPath = rng.below(2) == 0 ? .key : .handle
+                let held = try backend.scheduleTimeout(.nanoseconds(delay), tag: timers.count, path: path, log: log)
                 stamp += 1
                 timers.append(
                     Model(held: held, due: now + delay, state: .scheduled, order: stamp, history: ["\(path) at \(now) +\(delay)"]))
@@ -1358,21 +1192,21 @@ struct TimeoutPathAdversarialTests {
                 let i = live[rng.below(live.count)]
                 switch roll {
                 case 30..<42:
-                    backend.advCancel(timers[i].held)
+                    backend.cancel(held: timers[i].held)
                     timers[i].state = .cancelled
                 case 42..<62 where timers[i].state == .scheduled:
                     let delay = rng.below(5) == 0 ? 0 : rng.below(4_000_000)
-                    try backend.advReschedule(timers[i].held, .nanoseconds(delay))
+                    try backend.reschedule(held: timers[i].held, after: .nanoseconds(delay))
                     stamp += 1
                     timers[i].due = now + delay
                     timers[i].order = stamp
                     timers[i].history.append("reschedule at \(now) +\(delay)")
                 case 62..<70 where timers[i].state == .scheduled:
-                    try backend.advSuspend(timers[i].held)
+                    try backend.suspend(held: timers[i].held)
                     timers[i].state = .suspended
                     timers[i].history.append("suspend at \(now)")
                 case 70..<78 where timers[i].state == .suspended:
-                    try backend.advResume(timers[i].held)
+                    try backend.resume(held: timers[i].held)
                     timers[i].state = .scheduled
                     timers[i].history.append("resume at \(now)")
                 // Resumed past its deadline it fires at the next turn ("once now"), ordered
@@ -1405,8 +1239,8 @@ struct TimeoutPathAdversarialTests {
                 }
             }
             // Invariants after every step.
-            for (tag, timer) in timers.enumerated() where backend.advIsActive(timer.held) != !timer.state.hasEnded {
-                problem("step \(step): tag \(tag) isActive \(backend.advIsActive(timer.held)), the model says \(timer.state)")
+            for (tag, timer) in timers.enumerated() where backend.isActive(held: timer.held) != !timer.state.hasEnded {
+                problem("step \(step): tag \(tag) isActive \(backend.isActive(held: timer.held)), the model says \(timer.state)")
             }
             if let earliest = timers.filter({ $0.state == .scheduled }).map(\.due).min() {
                 let wake = backend.requestedWakeUp
@@ -1422,7 +1256,7 @@ struct TimeoutPathAdversarialTests {
         #expect(ends.count == endedTags.count, "no timer ended twice")
         for (tag, timer) in timers.enumerated() where timer.state.hasEnded {
             let theirs = ends.filter { $0.tag == tag }
-            let expected = AdvLog.End(
+            let expected = TimerLog.End(
                 tag: tag, reason: timer.state == .finished ? .completed : .cancelled, fires: timer.state == .finished ? 1 : 0)
             if theirs != [expected] {
                 Issue.record("tag \(tag): ends \(theirs), expected \(expected)")
@@ -1436,21 +1270,21 @@ struct TimeoutPathAdversarialTests {
     /// Suspend twice, resume once: it runs again. Resumed after its deadline passed, it fires
     /// once at the next turn (`.skip`: "fire once now"), not before the resume; resuming a
     /// scheduled timer does nothing.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func suspendedTimeoutsAndTheirResume(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func suspendedTimeoutsAndTheirResume(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        let a = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-        let b = try backend.advTimeout(ms(20), tag: 1, path: path, log: log)
-        try backend.advSuspend(a)
-        try backend.advSuspend(a)
-        try backend.advResume(b)  // scheduled: nothing
+        let a = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+        let b = try backend.scheduleTimeout(ms(20), tag: 1, path: path, log: log)
+        try backend.suspend(held: a)
+        try backend.suspend(held: a)
+        try backend.resume(held: b)  // scheduled: nothing
         backend.advance(by: ms(15))
         #expect(log.fires.isEmpty, "a suspended timeout does not fire at its deadline")
-        #expect(backend.advIsActive(a))
-        try backend.advResume(a)
+        #expect(backend.isActive(held: a))
+        try backend.resume(held: a)
         backend.runDue()
         #expect(log.firedTags == [0], "resumed past its deadline, it fires once now")
         #expect(log.fires.first?.actual == start + ms(15))
@@ -1464,19 +1298,19 @@ struct TimeoutPathAdversarialTests {
     /// A suspended timeout that is rescheduled stays suspended: it fires neither at its old
     /// deadline nor at its new one, and once when resumed after it, on both paths.
     @Test func aSuspendedTimeoutRescheduledBehavesTheSameOnBothPaths() throws {
-        var outcome: [AdvPath: [Int]] = [:]
-        for path in AdvPath.allCases {
+        var outcome: [TimerPath: [Int]] = [:]
+        for path in TimerPath.allCases {
             let backend = ManualBackend(registry: TimerRegistry())
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let a = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-            try backend.advSuspend(a)
-            try backend.advReschedule(a, ms(30))
+            let log = TimerLog()
+            let a = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+            try backend.suspend(held: a)
+            try backend.reschedule(held: a, after: ms(30))
             backend.advance(by: ms(20))
             #expect(log.fires.isEmpty, "\(path): not at its old deadline")
             backend.advance(by: ms(10))
             let atNewDeadline = log.fires.count
-            try? backend.advResume(a)
+            try? backend.resume(held: a)
             backend.advance(by: ms(10))
             outcome[path] = [atNewDeadline, log.fires.count]
             #expect(log.fires.count == 1, "\(path): fires once in all")
@@ -1492,38 +1326,38 @@ struct TimeoutPathAdversarialTests {
     @Test func manyLiveTimeoutsAcrossChunksFireInOrder() throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let order = AdvBox<[Int]>([])
-        order.with { $0.reserveCapacity(120_000) }
+        let order = Locked<[Int]>([])
+        order.withLock { $0.reserveCapacity(120_000) }
         final class Sink: TimerCallback, Sendable {
-            let order: AdvBox<[Int]>
-            let tags: AdvBox<[TimerKey: Int]>
-            init(_ order: AdvBox<[Int]>, _ tags: AdvBox<[TimerKey: Int]>) {
+            let order: Locked<[Int]>
+            let tags: Locked<[TimerKey: Int]>
+            init(_ order: Locked<[Int]>, _ tags: Locked<[TimerKey: Int]>) {
                 self.order = order
                 self.tags = tags
             }
             func timerFired(_ fire: TimerFire) {
-                let tag = tags.with { $0[fire.key]! }
-                order.with { $0.append(tag) }
+                let tag = tags.withLock { $0[fire.key]! }
+                order.withLock { $0.append(tag) }
             }
         }
-        let tags = AdvBox<[TimerKey: Int]>([:])
+        let tags = Locked<[TimerKey: Int]>([:])
         let sink = Sink(order, tags)
-        var rng = AdvRandom(state: 99)
+        var rng = SplitMix64(state: 99)
         var delays: [Int] = []
         for tag in 0..<120_000 {
             let delay = rng.below(2_000)
             delays.append(delay)
             if tag % 4 == 0 {
-                try backend.schedule(.after(.microseconds(delay))) { _ in order.with { $0.append(tag) } }
+                try backend.schedule(.after(.microseconds(delay))) { _ in order.withLock { $0.append(tag) } }
             } else {
                 let key = try backend.schedule(.after(.microseconds(delay)), calling: sink)
-                tags.with { $0[key] = tag }
+                tags.withLock { $0[key] = tag }
             }
         }
         #expect(backend.statistics.liveTimers == 120_000)
         backend.advance(by: ms(3))
         let expected = delays.indices.sorted { (delays[$0], $0) < (delays[$1], $1) }
-        let fired = order.get
+        let fired = order.current
         #expect(fired.count == 120_000)
         if fired != expected {
             let first = zip(fired, expected).enumerated().first { $0.element.0 != $0.element.1 }
@@ -1539,18 +1373,18 @@ struct TimeoutPathAdversarialTests {
     /// and still in deadline order — including a timer moved later (to a deadline that has also
     /// passed by the time the loop runs) whose old deadline was the earliest, and one moved
     /// earlier.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aLateTurnFiresMovedTimersInTheirNewDeadlineOrder(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aLateTurnFiresMovedTimersInTheirNewDeadlineOrder(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        let a = try backend.advTimeout(ms(10), tag: 0, path: path, log: log)
-        _ = try backend.advTimeout(ms(12), tag: 1, path: path, log: log)
-        let c = try backend.advTimeout(ms(30), tag: 2, path: path, log: log)
-        _ = try backend.advTimeout(ms(13), tag: 3, path: path, log: log)
-        try backend.advReschedule(a, ms(14))  // later: 14, after 1 (12) and 3 (13)
-        try backend.advReschedule(c, ms(11))  // earlier: 11, before 1
+        let a = try backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log)
+        _ = try backend.scheduleTimeout(ms(12), tag: 1, path: path, log: log)
+        let c = try backend.scheduleTimeout(ms(30), tag: 2, path: path, log: log)
+        _ = try backend.scheduleTimeout(ms(13), tag: 3, path: path, log: log)
+        try backend.reschedule(held: a, after: ms(14))  // later: 14, after 1 (12) and 3 (13)
+        try backend.reschedule(held: c, after: ms(11))  // earlier: 11, before 1
         backend.stall(for: ms(20))
         backend.runDue()
         #expect(log.firedTags == [2, 1, 3, 0], "deadline order: c 11, 1 at 12, 3 at 13, a 14")
@@ -1559,24 +1393,24 @@ struct TimeoutPathAdversarialTests {
 
     /// The same, with many timers moved later repeatedly (idle timeouts pushed back) and a
     /// stalled loop: one late turn fires them in the order of their latest deadlines.
-    @Test(arguments: AdvPath.allCases)
-    fileprivate func aLateTurnAfterManyPushesFiresInLatestDeadlineOrder(path: AdvPath) throws {
+    @Test(arguments: TimerPath.allCases)
+    fileprivate func aLateTurnAfterManyPushesFiresInLatestDeadlineOrder(path: TimerPath) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         let start = backend.now()
-        var rng = AdvRandom(state: 5)
-        var held: [AdvHeld] = []
+        var rng = SplitMix64(state: 5)
+        var held: [HeldTimer] = []
         var deadline: [Int] = []  // µs since start
         for tag in 0..<200 {
             let due = 1_000 + rng.below(10_000)
-            held.append(try backend.advTimeout(.microseconds(due), tag: tag, path: path, log: log))
+            held.append(try backend.scheduleTimeout(.microseconds(due), tag: tag, path: path, log: log))
             deadline.append(due)
         }
         for _ in 0..<3 {
             for tag in 0..<200 where rng.below(2) == 0 {
                 let due = deadline[tag] + rng.below(5_000)  // later (or the same)
-                try backend.advReschedule(held[tag], .microseconds(due))
+                try backend.reschedule(held: held[tag], after: .microseconds(due))
                 deadline[tag] = due
             }
         }
@@ -1600,51 +1434,51 @@ struct TimeoutPathAdversarialTests {
     /// suspends and resumes itself; reschedules itself then cancels. Each ends exactly once,
     /// keys and handles alike, and nothing fires after a cancel.
     @Test func aOneShotChangingItselfFromItsCall() throws {
-        let result = try advWatchdog(10, "one-shots changing themselves") { () throws -> [String: String] in
+        let result = try runUnderWatchdog(10, "one-shots changing themselves") { () throws -> [String: String] in
             var out: [String: String] = [:]
-            for path in AdvPath.allCases {
+            for path in TimerPath.allCases {
                 for how in ["cancel+reschedule", "suspend", "suspend+resume", "reschedule+cancel"] {
                     let backend = ManualBackend(registry: TimerRegistry())
                     defer { backend.shutdown() }
-                    let log = AdvLog()
-                    let me = AdvBox<AdvHeld?>(nil)
-                    let notes = AdvBox<[String]>([])
-                    me.with {
-                        $0 = try? backend.advTimeout(ms(10), tag: 0, path: path, log: log) {
-                            guard log.fires.count == 1, let held = me.get else { return }
+                    let log = TimerLog()
+                    let me = Locked<HeldTimer?>(nil)
+                    let notes = Locked<[String]>([])
+                    me.withLock {
+                        $0 = try? backend.scheduleTimeout(ms(10), tag: 0, path: path, log: log) {
+                            guard log.fires.count == 1, let held = me.current else { return }
                             switch how {
                             case "cancel+reschedule":
-                                backend.advCancel(held)
+                                backend.cancel(held: held)
                                 do {
-                                    try backend.advReschedule(held, ms(5))
-                                    notes.with { $0.append("reschedule after its own cancel succeeded") }
+                                    try backend.reschedule(held: held, after: ms(5))
+                                    notes.withLock { $0.append("reschedule after its own cancel succeeded") }
                                 } catch {
-                                    if !advIsTimerEnded(error) { notes.with { $0.append("reschedule threw \(error)") } }
+                                    if !isTimerEnded(error) { notes.withLock { $0.append("reschedule threw \(error)") } }
                                 }
                             case "suspend":
-                                do { try backend.advSuspend(held) } catch { notes.with { $0.append("suspend threw \(error)") } }
+                                do { try backend.suspend(held: held) } catch { notes.withLock { $0.append("suspend threw \(error)") } }
                             case "suspend+resume":
                                 do {
-                                    try backend.advSuspend(held)
-                                    try backend.advResume(held)
-                                } catch { notes.with { $0.append("threw \(error)") } }
+                                    try backend.suspend(held: held)
+                                    try backend.resume(held: held)
+                                } catch { notes.withLock { $0.append("threw \(error)") } }
                             default:
-                                do { try backend.advReschedule(held, ms(5)) } catch {
-                                    notes.with { $0.append("reschedule threw \(error)") }
+                                do { try backend.reschedule(held: held, after: ms(5)) } catch {
+                                    notes.withLock { $0.append("reschedule threw \(error)") }
                                 }
-                                backend.advCancel(held)
+                                backend.cancel(held: held)
                             }
                         }
                     }
                     backend.advance(by: ms(10))
-                    let activeAfterCall = backend.advIsActive(me.get!)
+                    let activeAfterCall = backend.isActive(held: me.current!)
                     var resumed = "-"
                     if activeAfterCall {
-                        resumed = (try? backend.advResume(me.get!)) != nil ? "resumed" : "resume threw"
+                        resumed = (try? backend.resume(held: me.current!)) != nil ? "resumed" : "resume threw"
                     }
                     backend.advance(by: .seconds(1))
                     out["\(path) \(how)"] =
-                        "fires \(log.fires.count), active after its call \(activeAfterCall) (\(resumed)), active at the end \(backend.advIsActive(me.get!)), ends \(log.ends.map { "\($0.reason)/\($0.fires)" }) \(notes.get)"
+                        "fires \(log.fires.count), active after its call \(activeAfterCall) (\(resumed)), active at the end \(backend.isActive(held: me.current!)), ends \(log.ends.map { "\($0.reason)/\($0.fires)" }) \(notes.current)"
                 }
             }
             return out
@@ -1682,12 +1516,12 @@ struct TimeoutPathAdversarialTests {
         let registry = TimerRegistry()
         let backend = ManualBackend(registry: registry)
         defer { backend.shutdown() }
-        let log = AdvLog()
-        weak var weakCallback: AdvCallback?
-        let aliveInEnd = AdvBox<Bool?>(nil)
+        let log = TimerLog()
+        weak var weakCallback: LoggingCallback?
+        let aliveInEnd = Locked<Bool?>(nil)
         var key: TimerKey?
         do {
-            let callback = AdvCallback(tag: 0, log: log, onEnded: { _, _, _ in aliveInEnd.with { $0 = true } })
+            let callback = LoggingCallback(tag: 0, log: log, onEnded: { _, _, _ in aliveInEnd.withLock { $0 = true } })
             weakCallback = callback
             switch how {
             case "refusedAtCap":
@@ -1713,7 +1547,7 @@ struct TimeoutPathAdversarialTests {
             case "cancelByName": try registry.cancel(named: "named")
             default: backend.shutdown()
             }
-            #expect(aliveInEnd.get == true)
+            #expect(aliveInEnd.current == true)
             #expect(log.ends.count == 1)
         }
         #expect(weakCallback == nil, "\(how): the callback is let go of")
@@ -1729,10 +1563,10 @@ struct TimeoutPathAdversarialTests {
             backend.shutdown()
             other.shutdown()
         }
-        let log = AdvLog()
+        let log = TimerLog()
         final class Typed<Marker>: TimerCallback, Sendable {
-            let log: AdvLog
-            init(_ log: AdvLog) { self.log = log }
+            let log: TimerLog
+            init(_ log: TimerLog) { self.log = log }
             func timerFired(_ fire: TimerFire) { log.fired(0, index: fire.index, scheduled: fire.scheduled, actual: fire.actual) }
         }
         struct Nest<Inner> {}
@@ -1744,7 +1578,7 @@ struct TimeoutPathAdversarialTests {
                 return nil
             } catch { return error }
         }
-        // AdvCallback is used by nothing here; each depth is a type of its own.
+        // LoggingCallback is used by nothing here; each depth is a type of its own.
         var accepted = 0
         var firstRefusal: (Int, TimerError)?
         for depth in 0..<300 {
@@ -1775,21 +1609,21 @@ struct TimeoutPathAdversarialTests {
     /// every timer ends exactly once, the end's fires are the calls seen (at most one unless a
     /// reschedule succeeded), and every call sees its own deadline.
     @Test func threadsOnAManualBackend() throws {
-        let result = try advWatchdog(20, "threads on a manual backend") { () throws -> [String] in
+        let result = try runUnderWatchdog(20, "threads on a manual backend") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = ManualBackend(registry: registry)
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let scheduled = AdvBox(0)
-            let rescheduledOK = AdvBox(Set<Int>())
-            let problems = AdvBox<[String]>([])
-            let stop = AdvBox(false)
+            let log = TimerLog()
+            let scheduled = Locked(0)
+            let rescheduledOK = Locked(Set<Int>())
+            let problems = Locked<[String]>([])
+            let stop = Locked(false)
             let advancers = DispatchGroup()
             for _ in 0..<2 {
                 advancers.enter()
                 Thread {
                     defer { advancers.leave() }
-                    while !stop.get { backend.advance(by: .microseconds(50)) }
+                    while !stop.current { backend.advance(by: .microseconds(50)) }
                 }.start()
             }
             let workers = DispatchGroup()
@@ -1797,29 +1631,30 @@ struct TimeoutPathAdversarialTests {
                 workers.enter()
                 Thread {
                     defer { workers.leave() }
-                    var rng = AdvRandom(state: UInt64(t) + 1)
-                    var mine: [(Int, AdvHeld)] = []
+                    var rng = SplitMix64(state: UInt64(t) + 1)
+                    var mine: [(Int, HeldTimer)] = []
                     for i in 0..<3_000 {
                         let tag = t * 100_000 + i
                         let slow = rng.below(50) == 0
                         do {
                             var hook: (@Sendable () -> Void)? = nil
                             if slow { hook = { backend.advance(by: .microseconds(300)) } }
-                            let path: AdvPath = rng.below(2) == 0 ? .key : .handle
-                            let held = try backend.advTimeout(.microseconds(rng.below(2_000)), tag: tag, path: path, log: log, onFire: hook)
-                            scheduled.with { $0 += 1 }
+                            let path: TimerPath = rng.below(2) == 0 ? .key : .handle
+                            let held = try backend.scheduleTimeout(
+                                .microseconds(rng.below(2_000)), tag: tag, path: path, log: log, onFire: hook)
+                            scheduled.withLock { $0 += 1 }
                             mine.append((tag, held))
-                        } catch { problems.with { $0.append("schedule threw \(error)") } }
+                        } catch { problems.withLock { $0.append("schedule threw \(error)") } }
                         if mine.count > 10 { mine.removeFirst() }
                         let (victimTag, victim) = mine[rng.below(mine.count)]
                         switch rng.below(4) {
-                        case 0: backend.advCancel(victim)
+                        case 0: backend.cancel(held: victim)
                         case 1:
                             do {
-                                try backend.advReschedule(victim, .microseconds(rng.below(2_000)))
-                                rescheduledOK.with { _ = $0.insert(victimTag) }
+                                try backend.reschedule(held: victim, after: .microseconds(rng.below(2_000)))
+                                rescheduledOK.withLock { _ = $0.insert(victimTag) }
                             } catch {
-                                if !advIsTimerEnded(error) { problems.with { $0.append("reschedule threw \(error)") } }
+                                if !isTimerEnded(error) { problems.withLock { $0.append("reschedule threw \(error)") } }
                             }
                         default: break
                         }
@@ -1828,15 +1663,15 @@ struct TimeoutPathAdversarialTests {
             }
             var out: [String] = []
             if workers.wait(timeout: .now() + 15) == .timedOut { out.append("the workers did not finish within 15 s") }
-            stop.with { $0 = true }
+            stop.withLock { $0 = true }
             if advancers.wait(timeout: .now() + 5) == .timedOut { out.append("the advancing threads did not stop within 5 s") }
             backend.advance(by: .seconds(1))
-            out += problems.get.prefix(10)
-            var ends: [Int: [AdvLog.End]] = [:]
+            out += problems.current.prefix(10)
+            var ends: [Int: [TimerLog.End]] = [:]
             for end in log.ends { ends[end.tag, default: []].append(end) }
             var calls: [Int: Int] = [:]
             for fire in log.fires { calls[fire.tag, default: 0] += 1 }
-            let moved = rescheduledOK.get
+            let moved = rescheduledOK.current
             var bad = 0
             for (tag, list) in ends {
                 let n = calls[tag] ?? 0
@@ -1845,7 +1680,7 @@ struct TimeoutPathAdversarialTests {
                     if bad <= 10 { out.append("tag \(tag): ends \(list), calls \(n)") }
                 }
             }
-            if ends.count != scheduled.get { out.append("\(ends.count) ended of \(scheduled.get)") }
+            if ends.count != scheduled.current { out.append("\(ends.count) ended of \(scheduled.current)") }
             for fire in log.fires where fire.actual < fire.scheduled {
                 out.append("tag \(fire.tag) ran before its deadline")
                 break
@@ -1863,11 +1698,11 @@ struct TimeoutPathAdversarialTests {
         let registry = TimerRegistry()
         let backend = ManualBackend(registry: registry)
         defer { backend.shutdown() }
-        let log = AdvLog()
+        let log = TimerLog()
         var oldNames: [String] = []
         var live: TimerKey?
         for round in 0..<50 {
-            let key = try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: round, log: log))
+            let key = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: round, log: log))
             let names = registry.names
             #expect(names.count == 1, "\(names)")
             if round < 49 {
@@ -1907,26 +1742,26 @@ struct TimeoutPathAdversarialTests {
     /// `fireCount`, `endReason`, `currentState` and `name` after the timer ended, and its
     /// calls then throw `timerEnded`.
     @Test func registryObserversOnKeyedTimeouts() throws {
-        let result = try advWatchdog(10, "observers on keyed timeouts") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "observers on keyed timeouts") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = ManualBackend(registry: registry)
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let a = try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: 0, log: log))
-            let b = try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: 1, log: log))
+            let log = TimerLog()
+            let a = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 0, log: log))
+            let b = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 1, log: log))
             let names = registry.names
-            let seen = AdvBox<[TimerHandle]>([])
-            let didFireSeen = AdvBox<[String]>([])
+            let seen = Locked<[TimerHandle]>([])
+            let didFireSeen = Locked<[String]>([])
             _ = registry.addObserver(
                 TimerObserver(
                     willFire: { tick in
-                        seen.with { $0.append(tick.timer) }
-                        if seen.get.count == 1 { backend.cancel(b) }
+                        seen.withLock { $0.append(tick.timer) }
+                        if seen.current.count == 1 { backend.cancel(b) }
                     },
-                    didFire: { tick, _ in didFireSeen.with { $0.append(tick.timer.name) } }))
+                    didFire: { tick, _ in didFireSeen.withLock { $0.append(tick.timer.name) } }))
             backend.advance(by: ms(10))
             var out: [String] = []
-            let handles = seen.get
+            let handles = seen.current
             if handles.count != 1 { out.append("willFire ran \(handles.count) times: \(handles.map(\.name))") }
             if log.firedTags != [0] { out.append("fired \(log.firedTags): the timer cancelled in willFire ran") }
             if let handle = handles.first {
@@ -1939,10 +1774,10 @@ struct TimeoutPathAdversarialTests {
                     try handle.reschedule(.after(ms(1)))
                     out.append("reschedule through the ended timer's handle succeeded")
                 } catch {
-                    if !advIsTimerEnded(error) { out.append("reschedule threw \(error)") }
+                    if !isTimerEnded(error) { out.append("reschedule threw \(error)") }
                 }
             }
-            if didFireSeen.get != handles.map(\.name) { out.append("didFire saw \(didFireSeen.get)") }
+            if didFireSeen.current != handles.map(\.name) { out.append("didFire saw \(didFireSeen.current)") }
             if backend.isActive(a) || backend.isActive(b) { out.append("a key is still active") }
             let ends = log.ends
             if ends.sorted(by: { $0.tag < $1.tag }) != [
@@ -1959,21 +1794,21 @@ struct TimeoutPathAdversarialTests {
     /// `willFire`) — the same timer as its key: it fires again at the new deadline, and its key
     /// says it is active meanwhile.
     @Test func aKeyedTimeoutRescheduledThroughItsTicksHandle() throws {
-        let result = try advWatchdog(10, "keyed timeout moved through its tick's handle") { () throws -> [String] in
+        let result = try runUnderWatchdog(10, "keyed timeout moved through its tick's handle") { () throws -> [String] in
             let registry = TimerRegistry()
             let backend = ManualBackend(registry: registry)
             defer { backend.shutdown() }
-            let log = AdvLog()
-            let key = try backend.schedule(.after(ms(10)), calling: AdvCallback(tag: 0, log: log))
-            let errors = AdvBox<[String]>([])
+            let log = TimerLog()
+            let key = try backend.schedule(.after(ms(10)), calling: LoggingCallback(tag: 0, log: log))
+            let errors = Locked<[String]>([])
             let token = registry.addObserver(
                 TimerObserver(willFire: { tick in
                     if tick.index == 0 {
-                        do { try tick.timer.reschedule(.after(ms(5))) } catch { errors.with { $0.append("\(error)") } }
+                        do { try tick.timer.reschedule(.after(ms(5))) } catch { errors.withLock { $0.append("\(error)") } }
                     }
                 }))
             backend.advance(by: ms(10))
-            var out = errors.get
+            var out = errors.current
             let activeBetween = backend.isActive(key)
             registry.removeObserver(token)
             backend.advance(by: ms(5))
@@ -1988,45 +1823,45 @@ struct TimeoutPathAdversarialTests {
     /// A repeating timer turned into a timeout by `reschedule(.after(d))` — moved later (kept
     /// in its queue entry) or earlier: it fires once more, as a one-shot (no interval, not
     /// missed, on the monotonic clock), then ends `.completed`; it does not keep repeating.
-    @Test(arguments: AdvPath.allCases, ["later", "earlier"])
-    fileprivate func aRepeatingTimerRescheduledAsATimeout(path: AdvPath, direction: String) throws {
+    @Test(arguments: TimerPath.allCases, ["later", "earlier"])
+    fileprivate func aRepeatingTimerRescheduledAsATimeout(path: TimerPath, direction: String) throws {
         let backend = ManualBackend(registry: TimerRegistry())
         defer { backend.shutdown() }
-        let fires = AdvBox<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>([])
-        let ends = AdvBox<[(TimerEndReason, Int)]>([])
+        let fires = Locked<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>([])
+        let ends = Locked<[(TimerEndReason, Int)]>([])
         let start = backend.now()
-        let held: AdvHeld
+        let held: HeldTimer
         switch path {
         case .key:
             final class Sink: TimerCallback, Sendable {
-                let fires: AdvBox<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>
-                let ends: AdvBox<[(TimerEndReason, Int)]>
+                let fires: Locked<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>
+                let ends: Locked<[(TimerEndReason, Int)]>
                 init(
-                    _ f: AdvBox<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>,
-                    _ e: AdvBox<[(TimerEndReason, Int)]>
+                    _ f: Locked<[(index: Int, interval: Duration?, missed: Int, clock: DeadlineClock, scheduled: MonotonicInstant)]>,
+                    _ e: Locked<[(TimerEndReason, Int)]>
                 ) {
                     fires = f
                     ends = e
                 }
                 func timerFired(_ fire: TimerFire) {
-                    fires.with { $0.append((fire.index, fire.interval, fire.missed, fire.clock, fire.scheduled)) }
+                    fires.withLock { $0.append((fire.index, fire.interval, fire.missed, fire.clock, fire.scheduled)) }
                 }
-                func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) { ends.with { $0.append((reason, fires)) } }
+                func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) { ends.withLock { $0.append((reason, fires)) } }
             }
             held = .key(try backend.schedule(.every(ms(10)), calling: Sink(fires, ends)))
         case .handle:
             let handle = try backend.schedule(.every(ms(10))) { tick in
-                fires.with { $0.append((tick.index, tick.interval, tick.missed, tick.clock, tick.scheduled)) }
+                fires.withLock { $0.append((tick.index, tick.interval, tick.missed, tick.clock, tick.scheduled)) }
             }
-            handle.onEnd { [handle] reason in ends.with { $0.append((reason, handle.fireCount)) } }
+            handle.onEnd { [handle] reason in ends.withLock { $0.append((reason, handle.fireCount)) } }
             held = .handle(handle)
         }
         backend.advance(by: ms(20))  // two calls: at 10 and 20; next due at 30
-        #expect(fires.get.count == 2)
+        #expect(fires.current.count == 2)
         let delay = direction == "later" ? ms(25) : ms(3)  // due at 45 (later than 30) or 23
-        try backend.advReschedule(held, delay)
+        try backend.reschedule(held: held, after: delay)
         backend.advance(by: .seconds(1))
-        let all = fires.get
+        let all = fires.current
         #expect(all.count == 3, "\(all.map(\.index))")
         if let last = all.last {
             #expect(last.index == 2)
@@ -2034,7 +1869,7 @@ struct TimeoutPathAdversarialTests {
             #expect(last.missed == 0 && last.clock == .monotonic)
             #expect(last.scheduled == start + ms(20) + delay)
         }
-        #expect(ends.get.count == 1)
-        #expect(ends.get.first?.0 == .completed && ends.get.first?.1 == 3)
+        #expect(ends.current.count == 1)
+        #expect(ends.current.first?.0 == .completed && ends.current.first?.1 == 3)
     }
 }

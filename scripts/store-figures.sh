@@ -15,13 +15,13 @@ set -euo pipefail
 repeats=5
 counts="1000 100000 1000000"
 backends="manual epoll"
-order=""
+operands=""
 while getopts "r:n:b:g" option; do
     case $option in
         r) repeats=$OPTARG ;;
         n) counts=$OPTARG ;;
         b) backends=$OPTARG ;;
-        g) order=gathered ;;
+        g) operands=gathered ;;
         *) exit 2 ;;
     esac
 done
@@ -87,7 +87,7 @@ for ((repeat = 1; repeat <= repeats; repeat++)); do
                     [ $path = keys ] && [ ! -f "$out/$sha-$harness_version/bin/has-keys" ] && continue
                     extra=""
                     [ $path = keys ] && extra=keys
-                    line=$("$out/$sha-$harness_version/bin/store-figures" "$backend" "$count" $extra $order)
+                    line=$("$out/$sha-$harness_version/bin/store-figures" "$backend" "$count" $extra $operands)
                     echo "{\"commit\": \"$sha\", \"backend\": \"$backend\", \"count\": $count, \"path\": \"$path\", \"repeat\": $repeat, \"figures\": $line}" >> "$out/runs.jsonl"
                 done
             done

@@ -136,7 +136,9 @@ func handleRound(_ backend: any TimerBackend, _ count: Int, _ random: inout Work
 
 func run() throws {
     let arguments = CommandLine.arguments
-    guard arguments.count >= 3, let count = Int(arguments[2]), count > 0 else {
+    // An argument not understood stops the run: one ignored would time another workload.
+    let options = arguments.dropFirst(3)
+    guard arguments.count >= 3, let count = Int(arguments[2]), count > 0, options.allSatisfy({ ["keys", "gathered"].contains($0) }) else {
         FileHandle.standardError.write("usage: store-figures manual|epoll N [keys] [gathered]\n".data(using: .utf8)!)
         exit(2)
     }
@@ -149,7 +151,7 @@ func run() throws {
         exit(2)
     }
     defer { backend.shutdown() }
-    let keys = arguments.count > 3 && arguments[3] == "keys"
+    let keys = options.contains("keys")
     let rounds = max(1, 1_000_000 / count)
     var random = Workload(state: 19)
     var figures = Figures()

@@ -1752,13 +1752,16 @@ struct TimeoutPathAdversarialTests {
             let names = registry.names
             let seen = Locked<[TimerHandle]>([])
             let didFireSeen = Locked<[String]>([])
-            _ = registry.addObserver(
+            // The observer holds the backend, which holds the registry: removed at the end, so
+            // that the three are not kept alive by each other.
+            let token = registry.addObserver(
                 TimerObserver(
                     willFire: { tick in
                         seen.withLock { $0.append(tick.timer) }
                         if seen.current.count == 1 { backend.cancel(b) }
                     },
                     didFire: { tick, _ in didFireSeen.withLock { $0.append(tick.timer.name) } }))
+            defer { registry.removeObserver(token) }
             backend.advance(by: ms(10))
             var out: [String] = []
             let handles = seen.current

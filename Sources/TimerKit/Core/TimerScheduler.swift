@@ -171,7 +171,7 @@ import Synchronization
     /// Connects a driver that this scheduler keeps (strongly, for as long as it lives): an
     /// object of the backend's that holds neither the backend nor the scheduler (its wake-up
     /// state), so that the backend itself is never referenced weakly.
-    package func attach(owning driver: any TimerDriver) {
+    public func attach(owning driver: any TimerDriver) {
         let replaced = mutex.withLock { () -> Unmanaged<OwnedDriver>? in
             let replaced = ownedDriver
             // A custom or virtual clock's continuous and wall readings are not the kernel's.

@@ -46,7 +46,14 @@ extension TimerBackend {
         try unretainedScheduler.withBorrowed(body)
     }
 
-    /// The backend's short name: "dispatch", "epoll", "libevent", "runloop", "manual".
+    /// The backend's short name, which its timers' handles (`TimerHandle/backendName`) and
+    /// snapshots (`TimerSnapshot/backend`) give too: "epoll" (`EpollBackend`, in either wait
+    /// mode), "io_uring" (`IOURingBackend`), "libevent" (`LibeventBackend` on its own thread),
+    /// "libevent-attached" (`LibeventBackend` on your `event_base`), "dispatch"
+    /// (`DispatchBackend`), "runloop" (`RunLoopBackend`, on its own thread or attached), and
+    /// "runloop[<mode>]" for the backend of another of its modes (`RunLoopBackend/mode(_:)`, the
+    /// mode's raw value between the brackets), "nio" (`NIOBackend`), "manual" (`ManualBackend`,
+    /// unless given another `name`) and "display@<rate>Hz" (`DisplaySource`: "display@60Hz").
     public var name: String { scheduler.backendName }
 
     /// The registry this backend's timers are registered in.

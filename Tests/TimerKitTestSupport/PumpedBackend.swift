@@ -1,4 +1,4 @@
-import Foundation
+import Synchronization
 @_spi(BackendImplementation) import TimerKit
 
 // The example backend of the "Writing a backend" article, verbatim: the conformance suite
@@ -6,24 +6,26 @@ import Foundation
 
 /// A backend for a loop you already run (a game's frame loop, an embedded main loop): call
 /// `runDueTimers()` each time the loop turns, and let it sleep until `nextDeadline`.
-public final class PumpedBackend: TimerBackend, @unchecked Sendable {
-    // @unchecked: `requested` is only touched while holding `lock`.
+public final class PumpedBackend: TimerBackend {
     @_spi(BackendImplementation) public let scheduler: TimerScheduler
-    private let lock = NSLock()
-    private var requested = MonotonicInstant.distantFuture
+    /// The driver, which the scheduler owns: the backend reads and uses up its requests.
+    private let wakeUp = WakeUp()
 
     public init(registry: TimerRegistry = .shared) {
         scheduler = TimerScheduler(backendName: "pumped", registry: registry)
-        scheduler.attach(self)
+        scheduler.attach(owning: wakeUp)
     }
 
+    /// Dropped without `shutdown()`, the backend still ends its timers.
+    deinit { scheduler.shutdown() }
+
     /// When the loop must next call `runDueTimers()` (`.distantFuture`: nothing is due).
-    public var nextDeadline: MonotonicInstant { lock.withLock { requested } }
+    public var nextDeadline: MonotonicInstant { wakeUp.requested.withLock { $0 } }
 
     /// Runs the handlers that are due. Call it from the loop's thread only: handlers of one
     /// backend run serially.
     public func runDueTimers() {
-        let due = lock.withLock {
+        let due = wakeUp.requested.withLock { requested in
             guard MonotonicInstant.now() >= requested else { return false }
             // Used up: the scheduler asks again for the next deadline, if there is one.
             requested = .distantFuture
@@ -35,10 +37,14 @@ public final class PumpedBackend: TimerBackend, @unchecked Sendable {
     public func shutdown() { scheduler.shutdown() }
 }
 
-@_spi(BackendImplementation) extension PumpedBackend: TimerDriver {
+/// The backend's wake-up state, and its driver: the deadline the scheduler asked for last. It
+/// holds neither the backend nor the scheduler, so that the scheduler can own it.
+private final class WakeUp: TimerDriver {
+    let requested = Mutex(MonotonicInstant.distantFuture)
+
     /// Called with the scheduler's lock held, from any thread: record the request and return.
     /// (A loop that sleeps would also be woken here, without waiting for it: a pipe write.)
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        lock.withLock { requested = deadline }
+    func wake(at deadline: MonotonicInstant) throws(TimerError) {
+        requested.withLock { $0 = deadline }
     }
 }

@@ -9,8 +9,12 @@
 /// throw `TimerError/timerEnded(name:state:)`, and `cancel` does nothing. Why it ended and how
 /// many calls it made come to its callback (`TimerCallback/timerEnded(_:reason:fires:)`).
 ///
-/// A key is good only with the backend that returned it; another backend refuses it with
-/// `TimerError/invalidOption(name:value:allowed:)`.
+/// A key is good only with the backend that returned it. Another backend's timers are out of
+/// its reach, even the one in the same slot with the same generation: given a key of another
+/// backend, `TimerBackend/isActive(_:)` is false, `TimerBackend/cancel(_:)` does nothing, and
+/// `TimerBackend/reschedule(_:_:)` (with a valid schedule), `TimerBackend/suspend(_:)` and
+/// `TimerBackend/resume(_:)` throw `TimerError/invalidOption(name:value:allowed:)` with `name`
+/// "key" and the key as `value`. None of them changes a timer of either backend.
 public struct TimerKey: Hashable, Sendable, BitwiseCopyable, CustomStringConvertible {
     let slot: UInt32
     let generation: UInt32
@@ -105,23 +109,27 @@ extension TimerBackend {
         }
     }
 
-    /// Cancels the timer `key` names. Idempotent: nothing happens if it has ended.
+    /// Cancels the timer `key` names. Idempotent: nothing happens if it has ended, nor for a
+    /// key of another backend.
     public func cancel(_ key: TimerKey) { unretainedScheduler.withBorrowed { $0.cancel(key) } }
 
     /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`: a
     /// suspended timer stays suspended; a one-shot rescheduled while its call runs makes another
     /// call).
-    /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors.
+    /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors;
+    ///   `TimerError/invalidOption(name:value:allowed:)` for a key of another backend.
     public func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
         try withScheduler { scheduler throws(TimerError) in try scheduler.reschedule(key, schedule) }
     }
 
-    /// Suspends the timer `key` names (as `TimerHandle/suspend()`).
+    /// Suspends the timer `key` names (as `TimerHandle/suspend()`). A key of another backend
+    /// throws `TimerError/invalidOption(name:value:allowed:)`.
     public func suspend(_ key: TimerKey) throws(TimerError) {
         try withScheduler { scheduler throws(TimerError) in try scheduler.suspend(key) }
     }
 
-    /// Resumes the timer `key` names (as `TimerHandle/resume()`).
+    /// Resumes the timer `key` names (as `TimerHandle/resume()`). A key of another backend
+    /// throws `TimerError/invalidOption(name:value:allowed:)`.
     public func resume(_ key: TimerKey) throws(TimerError) {
         try withScheduler { scheduler throws(TimerError) in try scheduler.resume(key) }
     }

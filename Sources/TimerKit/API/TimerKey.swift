@@ -1,7 +1,10 @@
 /// A timer scheduled with `TimerBackend/schedule(_:name:tolerance:missedTicks:calling:)`: a plain
-/// value (no reference count, nothing allocated) that names the timer to its backend. For code
-/// that keeps thousands to millions of timers — an idle timeout per connection, a deadline per
-/// request — where a `TimerHandle` per timer would cost an allocation each.
+/// value (no reference count) that names the timer to its backend. For code that keeps thousands
+/// to millions of timers — an idle timeout per connection, a deadline per request — where a
+/// `TimerHandle` per timer would cost an allocation each. In a release build, scheduling a timer
+/// with no name, tolerance or count by key, moving it to a later deadline and cancelling it
+/// allocate nothing (`make bench-check` counts the allocations of a timeout's schedule, reset
+/// and cancel).
 ///
 /// Cancel, reschedule, suspend and resume the timer through its backend:
 /// `backend.cancel(key)`, `backend.reschedule(key, .after(.seconds(30)))`. Once the timer has
@@ -27,9 +30,10 @@ public struct TimerKey: Hashable, Sendable, BitwiseCopyable, CustomStringConvert
 /// What a timer scheduled with a key calls: `timerFired(_:)` once per tick, on the backend's
 /// loop, as a handler; `timerEnded(_:reason:fires:)` once, when it has ended.
 ///
-/// A class, so that the backend keeps one reference to it per timer and allocates nothing: one
-/// callback object may serve any number of timers (it tells them apart by their keys), as a
-/// connection handler serves its connection's idle timeout.
+/// A class, so that the backend keeps one reference to it per timer and allocates nothing for
+/// it (in a release build, as `make bench-check` counts): one callback object may serve any
+/// number of timers (it tells them apart by their keys), as a connection handler serves its
+/// connection's idle timeout.
 public protocol TimerCallback: AnyObject, Sendable {
     /// A tick of the timer `fire.key`. Runs on the backend's loop, serially with its other
     /// handlers, outside TimerKit's locks.
@@ -72,7 +76,8 @@ public struct TimerFire: Sendable {
 
 extension TimerBackend {
     /// Schedules a timer that calls `callback` (`TimerCallback/timerFired(_:)`) as `schedule`
-    /// says, and returns its key: nothing is allocated for it, and the key is a plain value.
+    /// says, and returns its key, a plain value: in a release build, nothing is allocated for a
+    /// timer with no name, tolerance or count (`make bench-check` counts it).
     /// Otherwise as `schedule(_:name:tolerance:missedTicks:handler:)`: the same registry (listed,
     /// found and cancelled by name), policies and errors.
     ///

@@ -1,6 +1,7 @@
 # TimerKit: `make test` (lint, build, every test, a bench smoke run, the repository used by URL as
-# an app would (with no trait, and with each trait), the examples built and run, a backend outside
-# the repository run through TimerKitConformance, and the public API against its baseline) and
+# an app would (with no trait, and with each trait), the README's tour built and run as such an
+# app, the examples built and run, a backend outside the repository run through
+# TimerKitConformance, and the public API against its baseline) and
 # `make demo` (the backend comparison, written to BENCHMARKS.md). Both do their own set-up on a
 # fresh Debian/Ubuntu machine. The packages here: the library (.), whose TimerKitNIO and
 # TimerKitObservability products are behind the package traits NIO and Observability, the
@@ -22,7 +23,7 @@ FORMATTED   := Sources Tests Bench/Sources Bench/Tests Benchmarks/Benchmarks Ben
 DOCS_OUT    := .build/docs
 MODULES     := TimerKit TimerKitEpoll TimerKitLibevent TimerKitURing TimerKitConformance TimerKitNIO TimerKitObservability
 
-.PHONY: all setup setup-valgrind build lint format test check-conformance check-consumers examples api-check tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
+.PHONY: all setup setup-valgrind build lint format test check-conformance check-consumers check-readme-tour examples api-check tsan asan bench-quick bench-check check-dependencies demo docs benchmarks clean
 
 all: test
 
@@ -76,6 +77,7 @@ test: setup lint
 	$(MAKE) --no-print-directory examples
 	$(MAKE) --no-print-directory check-dependencies
 	$(MAKE) --no-print-directory check-consumers
+	$(MAKE) --no-print-directory check-readme-tour
 	$(MAKE) --no-print-directory check-conformance
 	$(MAKE) --no-print-directory api-check
 
@@ -96,6 +98,11 @@ check-conformance: setup
 # An app that depends on the repository by URL, with no trait, resolves TimerKit and nothing else.
 check-dependencies: setup
 	bash scripts/check-no-dependencies.sh
+
+# The README's tour, verbatim, as the main.swift of an app that depends on the repository by URL:
+# built with warnings as errors, and run to its end.
+check-readme-tour: setup
+	bash scripts/check-readme-tour.sh
 
 # Apps that depend on the repository by URL with the trait NIO (a NIOBackend timer runs on an
 # event loop) and with the trait Observability (a backend's figures reach swift-metrics).

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Apps that add the repository by URL with a trait, as the README shows: with "NIO", the
-# README's own Package.swift (its URL pointed at a fresh clone of this checkout) builds and runs
-# a NIOBackend timer on a SwiftNIO event loop; with "Observability", an app's backend reports to
-# swift-metrics (its test factory). Each prints the identities its Package.resolved pins, and
-# neither resolves the other trait's packages. Run by `make test`.
+# README's own Package.swift (its URL pointed at a fresh clone of this checkout, on the branch
+# main it asks for) builds and runs a NIOBackend timer on a SwiftNIO event loop; with
+# "Observability", an app's backend reports to swift-metrics (its test factory). Each prints the
+# identities its Package.resolved pins, and neither resolves the other trait's packages. The
+# DocC articles' lines adding TimerKit name the README's URL and branch. Run by `make test`.
 set -euo pipefail
 source "$(dirname "$0")/consumer-common.sh"
 
 # --- NIO: the README's manifest.
 nio="$work/Server"
 mkdir -p "$nio/Sources/Server"
-python3 - "$root/README.md" "$url" "$version" > "$nio/Package.swift" <<'EXTRACT'
-import re, sys
-readme, url, version = sys.argv[1], sys.argv[2], sys.argv[3]
+python3 - "$root/README.md" "$url" "$requirement" "$root/Sources" > "$nio/Package.swift" <<'EXTRACT'
+import glob, re, sys
+readme, url, requirement, sources = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 text = open(readme, encoding="utf-8").read()
 section = text.split("\n## Adding TimerKit\n", 1)
 if len(section) != 2:
@@ -20,12 +21,17 @@ if len(section) != 2:
 block = re.search(r"```swift\n(.*?)```", section[1], re.S)
 if not block:
     sys.exit("check-trait-consumers: the README's 'Adding TimerKit' section has no Swift code block")
-manifest, replaced = re.subn(r'\.package\(url: "[^"]*/TimerKit(\.git)?"', f'.package(url: "{url}"', block.group(1))
-if replaced != 1:
-    sys.exit("check-trait-consumers: the README's manifest should add TimerKit by URL once")
-if f'from: "{version}"' not in manifest:
-    sys.exit(f"check-trait-consumers: the README's manifest should ask for the released version, from: \"{version}\"")
-print(manifest, end="")
+line = re.compile(r'\.package\(url: "([^"]*/TimerKit(?:\.git)?)", ([^)]*?)(?:, traits: [^)]*)?\)')
+shown = line.findall(block.group(1))
+if len(shown) != 1 or shown[0][1] != requirement:
+    sys.exit(f"check-trait-consumers: the README's manifest should add TimerKit by URL once, with {requirement}; it shows {shown}")
+readme_url = shown[0][0]
+# The articles show the same dependency: the README's URL, on the same branch.
+for article in sorted(glob.glob(f"{sources}/*/*.docc/*.md")):
+    for found in line.findall(open(article, encoding="utf-8").read()):
+        if found != (readme_url, requirement):
+            sys.exit(f"check-trait-consumers: {article} adds TimerKit as {found}; the README as {(readme_url, requirement)}")
+print(block.group(1).replace(f'"{readme_url}"', f'"{url}"'), end="")
 EXTRACT
 cat > "$nio/Sources/Server/main.swift" <<'SOURCE'
 import Foundation
@@ -76,7 +82,7 @@ import PackageDescription
 let package = Package(
     name: "MetricsApp",
     dependencies: [
-        .package(url: "$url", from: "$version", traits: ["Observability"]),
+        .package(url: "$url", $requirement, traits: ["Observability"]),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [

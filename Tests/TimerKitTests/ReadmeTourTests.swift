@@ -16,7 +16,6 @@ struct ReadmeTourTests {
     }
 
     static func tour() async throws {
-        @Sendable func fetch() async throws -> String { "reply" }
         // readme: tour
         let timers = try EpollBackend()  // or DispatchBackend(), NIOBackend(on: loop), ManualBackend() in tests
 
@@ -35,6 +34,7 @@ struct ReadmeTourTests {
         try timers.debounce("search", for: .milliseconds(300)) { print("typing stopped") }
         let progress = try Throttler(every: .milliseconds(100), edge: .both, on: timers)
         try progress.call { print("at most every 100 ms") }
+        @Sendable func fetch() async throws -> String { "reply" }  // stands for your own async work: a request, a query
         let reply = try await withTimeout(.seconds(2), on: timers, name: "fetch") { try await fetch() }
 
         // Swift Concurrency: the backend is a Clock, and a tick loop is a timer too.

@@ -20,6 +20,16 @@ let package = Package(
         // need no timing.
         .target(name: "BenchStatistics", swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(name: "BenchStatisticsTests", dependencies: ["BenchStatistics"], swiftSettings: [.swiftLanguageMode(.v6)]),
+        // The bench's subjects against the backends they measure: each named as its backend.
+        .testTarget(
+            name: "BenchSubjectTests",
+            dependencies: [
+                "timerkit-bench",
+                .product(name: "TimerKit", package: "TimerKit"),
+                .product(name: "TimerKitURing", package: "TimerKit"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .executableTarget(
             name: "timerkit-bench",
             dependencies: [

@@ -17,7 +17,7 @@ FIRST_FIRE = {"scenario", "backend", "samples", "lateness_us", "p50_us"}
 IDLE = {"scenario", "backend", "seconds", "wakeups", "wakeups_above_baseline", "wakeups_per_second_above_baseline"}
 DISPLAY = {"scenario", "backend", "refresh_hz", "frames", "dropped", "priority", "jitter_us", "lateness_us", "lateness_p50_us"}
 # Each scenario's figures with an interval: every one must carry the interval's keys and its slices.
-TIMERKIT_BACKENDS = {"epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop", "nio"}
+TIMERKIT_BACKENDS = {"epoll", "epoll-pwait2", "io_uring", "libevent", "dispatch", "runloop", "nio"}
 ESTIMATES = {"latency": ["p50_us"], "throughput": ["schedule_ns_estimate", "reset_ns_estimate", "cancel_ns_estimate"],
              "first-fire": ["p50_us"], "fanout": ["cpu_ns_per_fire_estimate"], "idle": ["wakeups_per_second_above_baseline"],
              "display": ["lateness_p50_us"], "async": ["p50_us"]}

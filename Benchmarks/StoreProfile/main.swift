@@ -7,7 +7,7 @@
 //
 //     store-profile BACKEND LIVE PAIRS RESETS [keys]
 //     store-profile fires FIRES [nostats]
-//     store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop|display FIRES
+//     store-profile loop-fires epoll|epoll-pwait2|io_uring|libevent|dispatch|runloop|display FIRES
 //
 // With `keys`, the timers are scheduled through the key path (`schedule(_:calling:)`, one
 // callback object for all of them) instead of with a closure each. `fires` makes FIRES fires of
@@ -163,7 +163,7 @@ final class Counter: @unchecked Sendable {
 }
 
 if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "loop-fires",
-    ["epoll", "epoll-pwait2", "uring", "libevent", "dispatch", "runloop", "display"].contains(CommandLine.arguments[2]),
+    ["epoll", "epoll-pwait2", "io_uring", "libevent", "dispatch", "runloop", "display"].contains(CommandLine.arguments[2]),
     let fires = Int(CommandLine.arguments[3]), fires >= 0
 {
     do {
@@ -197,7 +197,7 @@ else {
     let usage = """
         usage: store-profile manual|epoll LIVE PAIRS RESETS [keys] (LIVE > 0, the others >= 0), \
         or store-profile fires FIRES, \
-        or store-profile loop-fires epoll|epoll-pwait2|uring|libevent|dispatch|runloop|display FIRES
+        or store-profile loop-fires epoll|epoll-pwait2|io_uring|libevent|dispatch|runloop|display FIRES
 
         """
     FileHandle.standardError.write(Data(usage.utf8))

@@ -102,7 +102,7 @@ struct RunBench: ParsableCommand {
 
     @Flag(
         help: """
-            Leave out the raw native baselines (libevent-raw, timerfd-raw, pwait2-raw, uring-raw, dispatch-raw, foundation-raw) \
+            Leave out the raw native baselines (libevent-raw, timerfd-raw, pwait2-raw, io_uring-raw, dispatch-raw, foundation-raw) \
             in throughput and fan-out.
             """
     )

@@ -44,7 +44,8 @@ struct BenchBackend: Sendable {
     }
 }
 
-/// Everything the bench compares, in report order. A new backend joins by adding itself here.
+/// Everything the bench compares, in report order. A new backend joins by adding itself here,
+/// under its `TimerBackend.name` (or that name, a hyphen and its mode: `epoll-pwait2`).
 /// A backend this machine cannot run (io_uring disabled, a kernel without `epoll_pwait2`) is
 /// left out, and `unavailableBackends` says why.
 let allBackends: [BenchBackend] = knownBackends.filter { unavailableBackends[$0.name] == nil }
@@ -52,21 +53,21 @@ let allBackends: [BenchBackend] = knownBackends.filter { unavailableBackends[$0.
 /// Backends the bench knows but this machine cannot run, with the reason.
 let unavailableBackends: [String: String] = {
     var reasons: [String: String] = [:]
-    if let reason = IOURingBackend.unavailableReason { reasons["uring"] = reason }
+    if let reason = IOURingBackend.unavailableReason { reasons["io_uring"] = reason }
     if !EpollBackend.supportsEpollPwait2 {
         reasons["epoll-pwait2"] = "epoll_pwait2 needs Linux 5.11 or later"
         reasons["pwait2-raw"] = reasons["epoll-pwait2"]
     }
-    if IOURingBackend.unavailableReason != nil { reasons["uring-raw"] = reasons["uring"] }
+    if IOURingBackend.unavailableReason != nil { reasons["io_uring-raw"] = reasons["io_uring"] }
     return reasons
 }()
 
-private let knownBackends: [BenchBackend] = [
+let knownBackends: [BenchBackend] = [
     .baseline("floor", runTimerfdFloor),
     .backend("epoll") { try EpollBackend(registry: $0) },
     // The epoll backend with no timerfd: the wait's own timeout (Linux 5.11 and later).
     .backend("epoll-pwait2") { try EpollBackend(options: .init(waitMode: .epollPwait2), registry: $0) },
-    .backend("uring") { try IOURingBackend(registry: $0) },
+    .backend("io_uring") { try IOURingBackend(registry: $0) },
     .backend("libevent") { try LibeventBackend(registry: $0) },
     .backend("dispatch") { DispatchBackend(registry: $0) },
     .backend("runloop") { try RunLoopBackend(registry: $0) },

@@ -146,7 +146,7 @@ func measureFanoutSlice(seconds: Double, into tally: FanoutTally, stop: () -> Vo
     if fires > 0 { tally.cpuNsPerFireBySlice.append(Double(cpu) / Double(fires)) }
 }
 
-/// The timers of a raw fan-out loop (pwait2-raw, uring-raw): each one's deadline on the grid of
+/// The timers of a raw fan-out loop (pwait2-raw, io_uring-raw): each one's deadline on the grid of
 /// `period`, from random phases 50 ms ahead, and what a fire of one records.
 struct RawFanoutGrid {
     private(set) var deadlines: [UInt64]

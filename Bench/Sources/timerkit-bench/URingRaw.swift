@@ -7,7 +7,7 @@ import TimerKit
 /// timer at its absolute deadline on the grid, queued again from its completion; the loop
 /// thread sleeps in one `io_uring_enter` that submits the timeouts queued since and waits.
 enum URingRawFanout {
-    static let name = "uring-raw"
+    static let name = "io_uring-raw"
 
     /// A ring and one timespec per timer (the kernel reads each when its timeout is submitted).
     private final class Loop: @unchecked Sendable {

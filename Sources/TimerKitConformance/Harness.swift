@@ -38,6 +38,13 @@ package final class Harness: Sendable {
         if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }
     }
 
+    /// Called from inside a handler: the loop is held for `duration` and runs nothing meanwhile,
+    /// so that what comes due then is overdue together when the handler returns (virtual time
+    /// moves without firing anything; real time is waited out).
+    package func stall(_ duration: Duration) {
+        if let manual { manual.stall(for: duration) } else { blockRealTime(duration) }
+    }
+
     /// Called from inside a handler: the handler "takes" `duration`.
     package func work(_ duration: Duration) {
         if let manual { manual.advance(by: duration) } else { blockRealTime(duration) }

@@ -229,6 +229,7 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
             let due = vsync.expired(expirations)
             let now = MonotonicInstant.now().nanoseconds
             if due != .max && now > due { counters.droppedVsyncs.add(Int((now - due) / period), ordering: .relaxed) }
+            vsync.counts.countFireCall()
             scheduler.fireDueTimers()
         }
     }
@@ -253,7 +254,7 @@ private final class VsyncTimer: TimerDriver, @unchecked Sendable {
     let loopThread = Atomic<UInt>(0)
     private let lock = FutexLock()
     /// The scheduler's latest request (`.max`: nothing to wait for).
-    private var requested: UInt64 = .max
+    private let requested = WakeRequest()
     /// The next expiry the kernel will deliver (`.max`: none), and the timerfd's interval.
     private var next: UInt64 = .max
     private var interval: UInt64 = 0
@@ -274,7 +275,7 @@ private final class VsyncTimer: TimerDriver, @unchecked Sendable {
     private func request(_ key: UInt64) throws(TimerError) {
         lock.lock()
         defer { lock.unlock() }
-        requested = key
+        requested.record(key)
         guard loopThread.load(ordering: .relaxed) != UInt(pthread_self()), key != next else { return }
         try arm(key, every: 0)
     }
@@ -284,9 +285,10 @@ private final class VsyncTimer: TimerDriver, @unchecked Sendable {
     func applyRequest() throws(TimerError) {
         lock.lock()
         defer { lock.unlock() }
-        guard requested != next else { return }
-        let gap = requested != .max && lastDue != .max && requested > lastDue ? requested - lastDue : 0
-        try arm(requested, every: gap)
+        let wanted = requested.current
+        guard wanted != next else { return }
+        let gap = wanted != .max && lastDue != .max && wanted > lastDue ? wanted - lastDue : 0
+        try arm(wanted, every: gap)
         counts.countRearm()
     }
 
@@ -296,11 +298,10 @@ private final class VsyncTimer: TimerDriver, @unchecked Sendable {
         defer { lock.unlock() }
         let due = next
         guard due != .max else { return .max }  // another thread disarmed it meanwhile
-        // The request this expiry answers is spent: the scheduler asks again, from this thread,
-        // for whatever it still waits for. Left standing, a request in the past would be armed
-        // again as the thread goes back to sleep, expire at once, and keep the thread waking
-        // with no link running (seen under ThreadSanitizer, for minutes).
-        if requested <= due { requested = .max }
+        // The request this expiry answers is used up (`WakeRequest`). Left standing, a request
+        // in the past would be armed again as the thread goes back to sleep, expire at once, and
+        // keep the thread waking with no link running (seen under ThreadSanitizer, for minutes).
+        requested.useUp()
         if interval == 0 {
             next = .max
             lastDue = due

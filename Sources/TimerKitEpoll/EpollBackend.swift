@@ -240,7 +240,7 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
     /// spent), in timerfd mode. The request is an atomic so that the loop's own thread records
     /// one without the lock (its handlers' re-queues: one a fire); another thread's request, and
     /// the loop applying one, take the lock.
-    private let requested = Atomic<UInt64>(.max)
+    private let requested = WakeRequest()
     private var armed: UInt64 = .max
     /// The same for epollPwait2 mode, with whether the loop sleeps and until when.
     private let gate = SleepGate()
@@ -271,12 +271,12 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
         }
         if loopThread.load(ordering: .relaxed) == UInt(pthread_self()) {
             // The loop applies it before it sleeps (`applyRequest`), on this thread.
-            requested.store(key, ordering: .relaxed)
+            requested.record(key)
             return
         }
         armLock.lock()
         defer { armLock.unlock() }
-        requested.store(key, ordering: .relaxed)
+        requested.record(key)
         guard key != armed else { return }
         try armTimerFD(timerFD, at: key == .max ? .distantFuture : MonotonicInstant(nanoseconds: key))
         armed = key
@@ -291,6 +291,7 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             let due = try applyRequest(timerExpired: expired)
             expired = false
             if due {
+                counts.countFireCall()
                 scheduler.fireDueTimers()
                 continue
             }
@@ -304,6 +305,8 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             // `applyRequest` counts it disarmed. Until then the loop is awake, and it arms the
             // timerfd for any request before it sleeps.
             expired = true
+            requested.useUp()
+            counts.countFireCall()
             scheduler.fireDueTimers()
         }
     }
@@ -319,9 +322,9 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
         armLock.lock()
         defer { armLock.unlock() }
         if timerExpired { armed = .max }
-        let wanted = requested.load(ordering: .relaxed)
+        let wanted = requested.current
         if wanted <= now {
-            requested.store(.max, ordering: .relaxed)
+            requested.useUp()
             return true
         }
         guard wanted != armed else { return false }
@@ -338,6 +341,7 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
         while !loop.isStopping {
             let now = MonotonicInstant.now().nanoseconds
             guard let deadline = gate.goingToSleep(unlessDueBy: now) else {
+                counts.countFireCall()
                 scheduler.fireDueTimers()  // come already: no wait
                 continue
             }
@@ -352,7 +356,11 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             gate.awake()
             // A write of the eventfd asks for a new wait (an earlier deadline, a stop); the
             // timers are due only once the deadline has come.
-            if ready == 0 || (deadline != .max && MonotonicInstant.now().nanoseconds >= deadline) { scheduler.fireDueTimers() }
+            if ready == 0 || (deadline != .max && MonotonicInstant.now().nanoseconds >= deadline) {
+                gate.useUp()
+                counts.countFireCall()
+                scheduler.fireDueTimers()
+            }
         }
     }
 }

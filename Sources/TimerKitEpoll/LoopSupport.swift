@@ -11,8 +11,12 @@ package final class LoopCounts: Sendable {
     private let readCount = Atomic<Int>(0)
     private let continuousRearmCount = Atomic<Int>(0)
     private let wallRearmCount = Atomic<Int>(0)
+    private let fireCallCount = Atomic<Int>(0)
 
     package init() {}
+
+    /// Calls of `fireDueTimers()` the loop made: one per wake-up that found a request due.
+    package var fireCalls: Int { fireCallCount.load(ordering: .relaxed) }
 
     /// Waits that returned (`epoll_wait`, `epoll_pwait2`, `io_uring_enter`, a timerfd `read`).
     package var waits: Int { waitCount.load(ordering: .relaxed) }
@@ -43,6 +47,29 @@ package final class LoopCounts: Sendable {
         }
     }
     @inline(__always) package func countRead() { readCount.store(readCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed) }
+    @inline(__always) package func countFireCall() {
+        fireCallCount.store(fireCallCount.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+    }
+}
+
+/// The scheduler's latest wake-up request to a loop of TimerKit's own (`.max`: nothing to wait
+/// for), and the one rule every such loop keeps with it: a wake-up is used up as the loop calls
+/// `fireDueTimers()` for it. That call asks again for whatever is still queued; a request kept
+/// past it, when nothing is queued, would come due again at once and make the loop call
+/// `fireDueTimers()` a second time for nothing.
+package struct WakeRequest: ~Copyable {
+    private let deadline = Atomic<UInt64>(.max)
+
+    package init() {}
+
+    /// The deadline last requested.
+    @inline(__always) package var current: UInt64 { deadline.load(ordering: .relaxed) }
+
+    /// Records the scheduler's request, replacing the last.
+    @inline(__always) package func record(_ key: UInt64) { deadline.store(key, ordering: .relaxed) }
+
+    /// The loop calls `fireDueTimers()` for this wake-up now (see the type).
+    @inline(__always) package func useUp() { deadline.store(.max, ordering: .relaxed) }
 }
 
 /// The wake-up requests of a loop that sets its own wait: the scheduler's latest request, and
@@ -53,9 +80,9 @@ package final class LoopCounts: Sendable {
 /// backend), a lock costs no system call.
 package final class SleepGate: @unchecked Sendable {
     // @unchecked: `asleep` and `sleepingUntil` are read and written under `lock`; `requested` is
-    // an atomic, so that the loop's own requests (one a fire) need no lock.
+    // atomic, so that the loop's own requests (one a fire) need no lock.
     private let lock = FutexLock()
-    private let requested = Atomic<UInt64>(.max)
+    private let requested = WakeRequest()
     private var asleep = false
     private var sleepingUntil: UInt64 = .max
 
@@ -66,7 +93,7 @@ package final class SleepGate: @unchecked Sendable {
     package func request(_ deadline: UInt64) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        requested.store(deadline, ordering: .relaxed)
+        requested.record(deadline)
         guard asleep, deadline < sleepingUntil else { return false }
         sleepingUntil = deadline  // a later request for the same wake-up needs no second signal
         return true
@@ -77,19 +104,19 @@ package final class SleepGate: @unchecked Sendable {
     @inline(__always)
     package func request(_ deadline: UInt64, fromLoop: Bool) -> Bool {
         guard fromLoop else { return request(deadline) }
-        requested.store(deadline, ordering: .relaxed)
+        requested.record(deadline)
         return false
     }
 
     /// Called by the loop as it goes to sleep: the deadline to sleep until (`.max`: until woken),
     /// or nil when the latest request has come by `now`. Then the loop fires at once instead of
-    /// sleeping, and the request is used up: the fire asks again for what it needs.
+    /// sleeping, and the request is used up (`WakeRequest`).
     package func goingToSleep(unlessDueBy now: UInt64) -> UInt64? {
         lock.lock()
         defer { lock.unlock() }
-        let wanted = requested.load(ordering: .relaxed)
+        let wanted = requested.current
         if wanted <= now {
-            requested.store(.max, ordering: .relaxed)
+            requested.useUp()
             return nil
         }
         asleep = true
@@ -104,6 +131,10 @@ package final class SleepGate: @unchecked Sendable {
         asleep = false
         lock.unlock()
     }
+
+    /// Called by the loop as it calls `fireDueTimers()` for a deadline its wait reached: the
+    /// request is used up (`WakeRequest`).
+    @inline(__always) package func useUp() { requested.useUp() }
 }
 
 /// A deadline in nanoseconds as the relative wait `epoll_pwait2` takes, from `now`.

@@ -339,6 +339,7 @@ private final class URingLoopState: OwnClockTimerDriver, @unchecked Sendable {
             guard let deadline = gate.goingToSleep(unlessDueBy: MonotonicInstant.now().nanoseconds) else {
                 // Come already: fired at once, rather than move the timeout to a time that has
                 // passed and wait for it.
+                counts.countFireCall()
                 scheduler.fireDueTimers()
                 continue
             }
@@ -383,7 +384,11 @@ private final class URingLoopState: OwnClockTimerDriver, @unchecked Sendable {
                 }
                 expired = expired || result == -ETIME
             }
-            if expired { scheduler.fireDueTimers() }
+            if expired {
+                gate.useUp()
+                counts.countFireCall()
+                scheduler.fireDueTimers()
+            }
         }
     }
 }

@@ -192,7 +192,7 @@ struct TimeoutPathAdversarialEpollTests {
                             var ok = true
                             do { try backend.reschedule(held: victim, after: delay) } catch {
                                 ok = false
-                                if case .timerEnded? = error as? TimerError {
+                                if isTimerEnded(error) {
                                 } else {
                                     problems.withLock { $0.add("reschedule threw \(error)") }
                                 }
@@ -326,7 +326,7 @@ struct TimeoutPathAdversarialEpollTests {
                                 } else {
                                     do { try backend.reschedule(held: previous, after: .microseconds(rng.below(5_000))) } catch {
                                         switch error as? TimerError {
-                                        case .timerEnded?, .backendShutDown?: break
+                                        case .timerEnded?, .keyEnded?, .backendShutDown?: break
                                         default: problems.withLock { $0.add("reschedule threw \(error)") }
                                         }
                                     }
@@ -862,7 +862,7 @@ struct TimeoutPathAdversarialEpollTests {
                             cancelReturned.withLock { if $0[tag] == nil { $0[tag] = now } }
                         default:
                             do { try backend.reschedule(held: held, after: .microseconds(rng.below(4_000))) } catch {
-                                if case .timerEnded? = error as? TimerError {
+                                if isTimerEnded(error) {
                                 } else {
                                     problems.withLock { $0.add("reschedule threw \(error)") }
                                 }

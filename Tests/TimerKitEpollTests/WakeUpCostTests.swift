@@ -140,3 +140,19 @@ struct WakeUpCostTests {
         }
     }
 }
+
+/// A wake-up is used up as the loop calls `fireDueTimers()` for it: an expiry that leaves
+/// nothing queued makes one call, and the loop then sleeps until asked again.
+@Suite("A used-up wake-up")
+struct UsedUpWakeUpTests {
+    @Test(arguments: [EpollBackend.WaitMode.timerfd, .epollPwait2])
+    func anExpiryThatLeavesNothingQueuedMakesOneFireCall(_ mode: EpollBackend.WaitMode) async throws {
+        if mode == .epollPwait2, try BackendKind.epollPwait2.checkedUnavailable("the used-up wake-up") { return }
+        try await withWatchdog { () async throws in
+            let backend = try EpollBackend(options: .init(waitMode: mode), registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let (expiries, fireCalls) = try fireCallsPerExpiry(backend, counts: backend.loopCounts)
+            #expect(fireCalls == expiries, "\(fireCalls) calls of fireDueTimers() for \(expiries) expiries")
+        }
+    }
+}

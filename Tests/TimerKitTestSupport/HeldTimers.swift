@@ -153,10 +153,24 @@ extension TimerBackend {
     }
 }
 
-/// Whether `error` is `TimerError.timerEnded` with `state` (any name).
+/// Whether `error` is what a call through an ended timer throws: `TimerError.timerEnded` with
+/// `state` (any name) through a handle, `TimerError.keyEnded` through a key.
 package func isTimerEnded(_ error: any Error, state: TimerState? = nil) -> Bool {
-    guard case let .timerEnded(_, ended)? = error as? TimerError else { return false }
-    return state.map { $0 == ended } ?? true
+    switch error as? TimerError {
+    case let .timerEnded(_, ended)?: state.map { $0 == ended } ?? true
+    case .keyEnded?: true
+    default: false
+    }
+}
+
+/// Whether `error` is exactly what a call through `held`, whose timer ended in `state`, throws:
+/// `TimerError.keyEnded` naming the key, or `TimerError.timerEnded` with that state.
+package func isEndedError(_ error: any Error, of held: HeldTimer, state: TimerState) -> Bool {
+    switch (held, error as? TimerError) {
+    case let (.key(key), .keyEnded(ended)?): ended == key
+    case let (.handle, .timerEnded(_, ended)?): ended == state
+    default: false
+    }
 }
 
 /// Runs `body` on a thread of its own and waits at most `seconds` for it: a hang or deadlock

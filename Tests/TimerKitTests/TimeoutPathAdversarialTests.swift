@@ -204,7 +204,7 @@ struct TimeoutPathAdversarialTests {
                 try call()
                 Issue.record("\(what) of an ended timer did not throw")
             } catch {
-                #expect(isTimerEnded(error, state: state), "\(what): \(error)")
+                #expect(isEndedError(error, of: held, state: state), "\(what): \(error)")
             }
         }
         backend.advance(by: .seconds(1))
@@ -861,7 +861,7 @@ struct TimeoutPathAdversarialTests {
                 Issue.record("reschedule after shutdown did not throw")
             } catch {
                 // Its timer has ended: the key or handle answers only that.
-                #expect(isTimerEnded(error, state: .cancelled), "reschedule after shutdown: \(error)")
+                #expect(isEndedError(error, of: held, state: .cancelled), "reschedule after shutdown: \(error)")
             }
         }
         backend.advance(by: .seconds(1))

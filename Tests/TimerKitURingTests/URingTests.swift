@@ -273,3 +273,17 @@ struct ArticleFallbackTests {
         }
     }
 }
+
+/// A wake-up is used up as the loop calls `fireDueTimers()` for it (see `fireCallsPerExpiry`).
+@Suite("io_uring: a used-up wake-up")
+struct URingUsedUpWakeUpTests {
+    @Test func anExpiryThatLeavesNothingQueuedMakesOneFireCall() async throws {
+        if try BackendKind.uring.checkedUnavailable("the used-up wake-up") { return }
+        try await withWatchdog { () async throws in
+            let backend = try IOURingBackend(registry: TimerRegistry())
+            defer { backend.shutdown() }
+            let (expiries, fireCalls) = try fireCallsPerExpiry(backend, counts: backend.loopCounts)
+            #expect(fireCalls == expiries, "\(fireCalls) calls of fireDueTimers() for \(expiries) expiries")
+        }
+    }
+}

@@ -25,6 +25,10 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
     case noSuchTimer(String)
     /// The timer was cancelled or has finished; it cannot be suspended, resumed or rescheduled.
     case timerEnded(name: String, state: TimerState)
+    /// The timer `key` named has ended (how, its callback heard:
+    /// `TimerCallback/timerEnded(_:reason:fires:)`); the key cannot suspend, resume or
+    /// reschedule anything any more.
+    case keyEnded(TimerKey)
     /// The backend was shut down.
     case backendShutDown(backend: String)
     /// The backend's loop stopped on an error it could not recover from; its timers were
@@ -60,6 +64,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .duplicateName(name): "a timer named '\(name)' is already registered"
         case let .noSuchTimer(name): "no timer named '\(name)' is registered"
         case let .timerEnded(name, state): "timer '\(name)' is \(state); it cannot be changed"
+        case let .keyEnded(key): "the timer of \(key) has ended; the key cannot change it"
         case let .backendShutDown(backend): "the \(backend) backend has been shut down"
         case let .loopFailed(backend, cause): "the \(backend) backend's loop stopped: \(cause)"
         case let .invalidFrameRate(rate): "frame rate must be in 1...1000 Hz (got \(rate))"
@@ -84,6 +89,7 @@ public enum TimerError: Error, Equatable, Sendable, CustomStringConvertible {
         case let (.duplicateName(n1), .duplicateName(n2)): return n1 == n2
         case let (.noSuchTimer(n1), .noSuchTimer(n2)): return n1 == n2
         case let (.timerEnded(n1, s1), .timerEnded(n2, s2)): return n1 == n2 && s1 == s2
+        case let (.keyEnded(k1), .keyEnded(k2)): return k1 == k2
         case let (.backendShutDown(b1), .backendShutDown(b2)): return b1 == b2
         case let (.loopFailed(b1, c1), .loopFailed(b2, c2)): return b1 == b2 && c1 == c2
         case let (.invalidFrameRate(r1), .invalidFrameRate(r2)): return same(r1, r2)

@@ -17,7 +17,9 @@
 struct AfterUnlock: ~Copyable {
     /// The handle of a timer that ended here, whose handler is let go of after unlocking.
     private var endedHandle: Unmanaged<TimerHandle>?
-    /// The driver, loaded strongly for a wake-up (see `loadDriver`).
+    /// A reference whose release may run a `deinit`, let go of after unlocking: the driver,
+    /// loaded strongly for a wake-up (see `loadDriver`), or a scheduler's link's reference to
+    /// it (`keep(releasing:)`). A second one waits in `Owed.released`.
     private var loadedDriver: Unmanaged<AnyObject>?
     /// A callback to tell that its timer has ended (and then let go of).
     private var ended: EndedCallback?
@@ -38,6 +40,8 @@ struct AfterUnlock: ~Copyable {
         /// End waiters taken back unrun (their waiting task gave up): only released.
         var droppedWaiters: [EndWaiter] = []
         var ended: [EndedCallback] = []
+        /// References let go of after unlocking where the inline slot was taken.
+        var released: [AnyObject] = []
         /// The scheduler's loop failure, for the reason of callbacks ended by the shutdown it
         /// caused.
         var loopFailure: TimerError?
@@ -88,8 +92,20 @@ struct AfterUnlock: ~Copyable {
     mutating func loadDriver(_ driver: () -> (any TimerDriver)?) -> (any TimerDriver)? {
         guard let loaded = driver() else { return nil }
         // The first load's reference is the one held: the caller's copy is never the last.
-        if loadedDriver == nil { loadedDriver = Unmanaged.passRetained(loaded as AnyObject) }
+        if !isHoldingDriver {
+            isHoldingDriver = true
+            keep(releasing: loaded as AnyObject)
+        }
         return loaded
+    }
+
+    /// Whether `loadDriver` has kept the driver.
+    private var isHoldingDriver = false
+
+    /// Keeps `object` until after unlocking, where its release may be the last (a driver that
+    /// is the backend itself, a scheduler its link let go of).
+    mutating func keep(releasing object: AnyObject) {
+        if loadedDriver == nil { loadedDriver = Unmanaged.passRetained(object) } else { owed.released.append(object) }
     }
 
     /// Runs what was owed, in order: ended callbacks told, tasks cancelled, end waiters told,

@@ -112,15 +112,25 @@ struct ClockQueue: ~Copyable {
         keepDeadWithinBound(in: store)
     }
 
-    /// Removes up to `limit` entries, dead or live (a shutdown, a slice at a time); their
-    /// timers are left with no entry. Returns whether any are left.
+    /// Removes up to `limit` entries (a shutdown, a slice at a time): from the end, which keeps
+    /// the heap order, except where taking a live entry there would leave more dead ones than
+    /// the bound allows; a dead one is swept instead. So the bound holds between slices, when
+    /// other calls come in. Their timers are left with no entry. Returns whether any are left.
     mutating func removeSome(_ limit: Int, in store: RecordTable) -> Bool {
-        var deadRemoved = 0
-        _ = heap.removeLast(upTo: limit) { entry in
-            let record = store[entry.slot]
-            if record.pointee.entrySequence == entry.sequence { record.pointee.entrySequence = 0 } else { deadRemoved += 1 }
+        var removed = 0
+        while removed < limit, let last = heap.last {
+            removed += 1
+            if Self.isDead(last, in: store) {
+                _ = heap.removeLast(upTo: 1)
+                dead -= 1
+            } else if dead <= live {
+                store[last.slot].pointee.entrySequence = 0
+                _ = heap.removeLast(upTo: 1)
+            } else {
+                // More dead entries than live ones would be left: one of them goes first.
+                dead -= heap.sweep(budget: heap.count, limit: 1) { Self.isDead($0, in: store) }
+            }
         }
-        dead -= deadRemoved
         return !heap.isEmpty
     }
 

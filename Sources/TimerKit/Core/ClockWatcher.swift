@@ -10,18 +10,19 @@ import Synchronization
 /// lock, and arms the timerfd again.
 ///
 /// The thread starts with the first such timer and lives as long as the process. A scheduler
-/// registers once, with its first timer on those clocks, and unregisters when it shuts down;
-/// it is held weakly, so one that went without shutting down is dropped at the next change.
+/// registers once, with its first timer on those clocks, and unregisters when it shuts down,
+/// or as it goes if it never shut down. The watcher holds its link (`SchedulerLink`), which
+/// keeps the scheduler only while it has live timers: the watcher keeps no scheduler alive.
 package final class ClockWatcher: @unchecked Sendable {
     // @unchecked: `schedulers`, `state` and `injectedCancels` are guarded by `mutex`;
     // `descriptor` is written once, under it, before the thread starts.
 
     package static let shared = ClockWatcher()
 
-    /// Held strongly from its first timer on those clocks until it shuts down (`unwatch`): a weak
-    /// reference would give the scheduler a side table (see `RecordChunk.owner`).
+    /// A scheduler's link, from its first timer on those clocks until it shuts down or goes
+    /// (`unwatch`).
     private struct Watched {
-        let scheduler: TimerScheduler
+        let link: SchedulerLink
     }
 
     package enum State: Equatable {
@@ -44,7 +45,7 @@ package final class ClockWatcher: @unchecked Sendable {
     /// Starts watching for `scheduler` (idempotent); the first call starts the thread.
     func watch(_ scheduler: TimerScheduler) {
         mutex.lock()
-        schedulers[ObjectIdentifier(scheduler)] = Watched(scheduler: scheduler)
+        schedulers[ObjectIdentifier(scheduler)] = Watched(link: scheduler.link)
         let start = state == .idle
         if start { state = .watching }
         mutex.unlock()
@@ -71,14 +72,14 @@ package final class ClockWatcher: @unchecked Sendable {
         }
     }
 
-    /// Stops watching for `scheduler` (it has shut down).
+    /// Stops watching for `scheduler` (it has shut down, or is going).
     func unwatch(_ scheduler: TimerScheduler) {
         _ = mutex.withLock { schedulers.removeValue(forKey: ObjectIdentifier(scheduler)) }
     }
 
     /// Whether it watches for `scheduler`, for tests.
     package func isWatching(_ scheduler: TimerScheduler) -> Bool {
-        mutex.withLock { schedulers[ObjectIdentifier(scheduler)]?.scheduler === scheduler }
+        mutex.withLock { schedulers[ObjectIdentifier(scheduler)]?.link === scheduler.link }
     }
 
     /// What the watcher is doing.
@@ -139,9 +140,10 @@ package final class ClockWatcher: @unchecked Sendable {
             }
             let watched = mutex.withLock {
                 changesSeen += 1
-                return schedulers.values.map(\.scheduler)
+                return schedulers.values.map(\.link)
             }
-            for scheduler in watched { scheduler.clockMayHaveChanged() }
+            // A scheduler with no live timer has none on those clocks either: nothing to tell.
+            for link in watched { link.scheduler?.clockMayHaveChanged() }
         }
     }
 }

@@ -138,15 +138,26 @@ struct ClockReadings {
         }
     }
 
-    /// When on the monotonic clock `instant` on `clock` comes: by how far it lies ahead of
-    /// that clock's reading, so that an instant not yet due there is never now or past here
-    /// (a conversion through offsets could be, by the reads' spread, and wake the loop again
-    /// and again).
+    /// When on the monotonic clock `instant` on `clock` comes, for when to wake: by how far it
+    /// lies ahead of that clock's reading, so that an instant not yet due there is never now or
+    /// past here (a conversion through offsets could be, by the reads' spread, and wake the loop
+    /// again and again). Every instant already due converts to now: to order due timers, use
+    /// `dueOrder(_:on:)`.
     @inline(__always)
     func monotonic(_ instant: UInt64, on clock: DeadlineClock) -> UInt64 {
         if clock == .monotonic || instant == .max { return instant }
         let own = self[clock]
         return instant <= own ? monotonic : monotonic.saturatingAdd(instant - own)
+    }
+
+    /// Where `instant` on `clock` lies on the monotonic clock, for which due timer comes first:
+    /// by how far it lies from that clock's reading, ahead or behind, with nothing clamped, so
+    /// that of two overdue deadlines on different clocks the one due longer comes first. Wide
+    /// and signed: a deadline may lie before the monotonic clock's start, or centuries ahead.
+    @inline(__always)
+    func dueOrder(_ instant: UInt64, on clock: DeadlineClock) -> Int128 {
+        if clock == .monotonic { return Int128(instant) }
+        return Int128(monotonic) + Int128(instant) - Int128(self[clock])
     }
 }
 

@@ -125,6 +125,16 @@ extension TimerScheduler {
         return true
     }
 
+    /// Tells the process's clock watcher of this scheduler, after `needsClockWatcherLocked` said
+    /// so, outside the lock. A shutdown that began meanwhile may have let the watcher go of it
+    /// before this call reached the watcher: then this lets go again. (If the watcher saw that
+    /// shutdown's `unwatch` first, this call's `watch` comes after it, so the phase it reads
+    /// next is the shutdown's; if not, that `unwatch` removes what this call added.)
+    func startWatchingClocks() {
+        ClockWatcher.shared.watch(self)
+        if hasShutDown { ClockWatcher.shared.unwatch(self) }
+    }
+
     /// The wall clock now, as this scheduler reads it.
     func wallClockNow() -> Date {
         let nanoseconds = mutex.withLock { now(of: .wall, monotonic: clock.now().nanoseconds) }

@@ -50,15 +50,10 @@ extension TimerScheduler {
         return nameLocked(handle.slot, generation: handle.generation)
     }
 
-    /// What `TimerError.timerEnded` says of the timer `key` named: the final state while its
-    /// slot has not been reused, `.cancelled` after.
-    func endedErrorLocked(_ key: TimerKey) -> TimerError {
-        let record = store[key.slot]
-        let state = record.pointee.generation == key.generation &+ 1 ? record.pointee.state : .cancelled
-        return .timerEnded(
-            name: TimerRegistry.generatedName(store.id(of: key.slot, generation: key.generation)),
-            state: state.hasEnded ? state : .cancelled)
-    }
+    /// What a call through the key of an ended timer throws: the key, the value that was wrong.
+    /// (Its slot may hold another timer by now, so it names nothing more: the timer's name and
+    /// end went to its callback.)
+    func endedErrorLocked(_ key: TimerKey) -> TimerError { .keyEnded(key) }
 
     func endedErrorLocked(_ handle: TimerHandle) -> TimerError {
         .timerEnded(name: nameLocked(handle), state: handle.endFacts.hasEnded ? handle.endFacts.state : .cancelled)
@@ -117,12 +112,14 @@ extension TimerScheduler {
     }
 
     /// Ends the critical section of a plain timer's cancel (`markEndedLeavingDriverLocked`):
-    /// where that emptied the queues, with the driver disarmed.
+    /// where that emptied the queues, with the driver disarmed; where it ended the last live
+    /// timer, with the link let go of.
     @inline(__always)
     private func unlockAfterPlainEnd() {
-        if queues.isEmpty {
+        if queues.isEmpty || store.live == 0 {
             var after = AfterUnlock()
             disarmIfIdleLocked(&after)
+            if store.live == 0 { letGoOfLinkLocked(&after) }
             settleLocked(&after)
             mutex.unlock()
             after.run()
@@ -347,7 +344,7 @@ extension TimerScheduler {
             throw error
         }
         unlock(running: consume after)
-        if watch { ClockWatcher.shared.watch(self) }
+        if watch { startWatchingClocks() }
     }
 
     /// Gives the timer in `slot` the schedule `resolved` (resolved before locking: reading the

@@ -57,10 +57,19 @@ extension TimerScheduler {
     ) {
         markEndedLeavingDriverLocked(slot, record, state, because: cause)
         disarmIfIdleLocked(&after)
+        if store.live == 0 { letGoOfLinkLocked(&after) }
+    }
+
+    /// The last live timer has ended: the link lets go of this scheduler (`SchedulerLink`), and
+    /// the reference goes after unlocking, where it may be the last.
+    @inline(never)
+    func letGoOfLinkLocked(_ after: inout AfterUnlock) {
+        if let held = link.letGo() { after.keep(releasing: held) }
     }
 
     /// `markEndedLocked` but for the driver, which the caller disarms if the queues emptied
-    /// (`disarmIfIdleLocked`): a cancel that leaves timers queued then owes nothing after
+    /// (`disarmIfIdleLocked`), and the link, which the caller lets go of if no timer is live
+    /// (`letGoOfLinkLocked`): a cancel that leaves timers queued then owes nothing after
     /// unlocking.
     @inline(__always)
     func markEndedLeavingDriverLocked(

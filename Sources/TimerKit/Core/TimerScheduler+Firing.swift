@@ -116,11 +116,11 @@ extension TimerScheduler {
         guard !queues.onlyMonotonic else {
             return queues.monotonic.popDue(now: readings.monotonic, horizon: Self.horizonNanoseconds, in: store.table)
         }
-        var earliest: (clock: DeadlineClock, at: UInt64, sequence: UInt64)?
+        var earliest: (clock: DeadlineClock, at: Int128, sequence: UInt64)?
         for clock in DeadlineClock.allCases {
             let head = queues.with(clock) { $0.liveTop(in: store.table) }
             guard let head, head.key < .max else { continue }
-            let at = readings.monotonic(head.key, on: clock)
+            let at = readings.dueOrder(head.key, on: clock)
             if let best = earliest, (best.at, best.sequence) < (at, head.sequence) { continue }
             earliest = (clock, at, head.sequence)
         }

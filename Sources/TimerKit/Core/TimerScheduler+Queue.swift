@@ -191,6 +191,7 @@ extension TimerScheduler {
         }
         let record = store[slot]
         store.live += 1
+        if store.live == 1 { link.hold(self) }
         nextSequence &+= 1
         record.pointee.startTimeout(at: deadline, policy: policy, owner: owner, kind: kind, sequence: nextSequence)
         let generation = record.pointee.generation
@@ -280,7 +281,7 @@ extension TimerScheduler {
         settleLocked(&after)
         mutex.unlock()
         after.run()
-        if watch { ClockWatcher.shared.watch(self) }
+        if watch { startWatchingClocks() }
         if let failure { throw failure }
         return (slot, generation)
     }
@@ -311,6 +312,7 @@ extension TimerScheduler {
             }
         }
         store.live += 1
+        if store.live == 1 { link.hold(self) }
         record.pointee.state = .scheduled
         record.pointee.endCause = .live
         record.pointee.fires = 0
@@ -343,7 +345,7 @@ extension TimerScheduler {
     /// when none can be mapped.
     private func allocateInNewChunkLocked() -> UInt32? {
         // A lent chunk whose every slot has used up its generations has none to give.
-        while let chunk = registry.lendChunk(to: self) {
+        while let chunk = registry.lendChunk(to: self, at: store.chunks.count) {
             store.add(chunk)
             if let slot = store.allocate() { return slot }
         }

@@ -6,6 +6,9 @@ extension TimerScheduler {
     /// a key on the first lookup (every later lookup gets the same); nil once it has ended.
     func front(slot: UInt32, generation: UInt32) -> TimerHandle? {
         mutex.withLock {
+            // The registry lends a chunk and this store takes it in one critical section of this
+            // lock: a slot the registry names is in a chunk the store has.
+            guard Int(slot) &>> RecordChunk.shift < store.chunks.count else { return nil }
             let record = store[slot]
             guard record.pointee.generation == generation, record.pointee.owner != nil, !record.pointee.state.hasEnded else { return nil }
             return frontLocked(slot)

@@ -44,6 +44,9 @@ import Synchronization
     public let taskExecutor: (any TaskExecutor)?
 
     let mutex = FutexLock()
+    /// What the registry and the clock watcher hold of this scheduler: this scheduler while it
+    /// has live timers (`SchedulerLink`).
+    let link = SchedulerLink()
     /// Tells this scheduler's keys from another's (`TimerKey`): never reused in a process.
     let serial: UInt32
     /// Broadcast when a handler call, a `fireDueTimers` call or a shutdown ends, to
@@ -77,11 +80,14 @@ import Synchronization
     /// Draws the jitter of timers scheduled with one (SplitMix64); seeded at random unless a
     /// test seeds it (`seedJitter`).
     @exclusivity(unchecked) var jitterState = UInt64.random(in: .min ... .max)
-    @exclusivity(unchecked) var isShutDown = false
+    /// Where the shutdown is (`ShutdownPhase`): `running` until `shutdown()` or `fail(with:)`.
+    @exclusivity(unchecked) var shutdownPhase = ShutdownPhase.running
+    /// What a test runs between two slices of the shutdown (`runBetweenShutdownSlices`).
+    @exclusivity(unchecked) var betweenShutdownSlices: (@Sendable () -> Void)?
+    /// Whether the shutdown has begun: new timers are refused from then on.
+    @inline(__always) var isShutDown: Bool { shutdownPhase.hasBegun }
     /// See `keepsHandlesAsKeyedTimers`.
     @exclusivity(unchecked) var handlesAsKeyedTimers = false
-    /// The shutdown has ended every timer (a second `shutdown()` waits for that).
-    @exclusivity(unchecked) var hasEndedAllTimers = false
     @exclusivity(unchecked) var loopFailure: TimerError?
     /// Mirrors `isShutDown` for the lock-free check at the top of `schedule`.
     let shutDownFlag = Atomic<Bool>(false)
@@ -115,8 +121,6 @@ import Synchronization
     @exclusivity(unchecked) var pendingEvents: [TimerBackendEvent] = []
     /// What the continuous and wall clocks read against this scheduler's (`+Clocks`).
     @exclusivity(unchecked) var clocks: ClockState
-    /// Set once the shutdown events have been queued: a second `shutdown()` tells nobody.
-    @exclusivity(unchecked) var hasReportedShutdown = false
     /// Whether the owned driver keeps deadlines on the continuous and wall clocks itself
     /// (`OwnedDriver.ownClock`): `armedKey` is then the monotonic queue's alone.
     @exclusivity(unchecked) var hasOwnClockDriver = false
@@ -142,8 +146,9 @@ import Synchronization
     private static let serials = Atomic<UInt32>(0)
 
     deinit {
-        // Every timer has ended (a live one holds its handle, which holds this scheduler, or
-        // the backend shut it down): its slots are free, and its chunks go back.
+        // Every timer has ended (a live timer keeps its scheduler through its link): its slots
+        // are free, and its chunks go back. Its backend may never have shut it down.
+        if clocks.isWatched { ClockWatcher.shared.unwatch(self) }
         registry.retire(returning: store.takeChunks())
         stats.free()
         ownedDriver?.release()  // shutdown let it go already, unless it never ran
@@ -164,7 +169,7 @@ import Synchronization
     /// of a million schedules (10–60 µs). If the kernel refuses, the first schedule maps them
     /// (or reports why not).
     private func prepareStoreLocked() {
-        if store.chunks.isEmpty, let chunk = registry.lendChunk(to: self) { store.add(chunk) }
+        if store.chunks.isEmpty, let chunk = registry.lendChunk(to: self, at: 0) { store.add(chunk) }
         queues.monotonic.heap.mapFirstChunk()
     }
 

@@ -150,8 +150,10 @@ public final class TimerRegistry: @unchecked Sendable {
         withExtendedLifetime(released) {}
     }
 
-    /// A chunk of slots for `scheduler`: a free one, or a new one; nil when none can be mapped.
-    func lendChunk(to scheduler: TimerScheduler) -> RecordChunk? {
+    /// A chunk of slots for `scheduler`, to be its chunk number `index`: a free one, or a new
+    /// one; nil when none can be mapped. Its owner and its place in the owner's store change
+    /// together here, under this lock, where a lookup by generated name reads both.
+    func lendChunk(to scheduler: TimerScheduler, at index: Int) -> RecordChunk? {
         withLock {
             let chunk: RecordChunk
             if let free = freeChunks.popLast() {
@@ -161,24 +163,10 @@ public final class TimerRegistry: @unchecked Sendable {
                 chunk = made
                 chunks.append(chunk)
             }
-            chunk.owner = scheduler
+            chunk.owner = scheduler.link
+            chunk.ownerIndex = index
             return chunk
         }
-    }
-
-    /// Forgets `scheduler` for lookups and listings: it has shut down, its timers have ended.
-    /// Its references are released after unlocking.
-    func unregister(_ scheduler: TimerScheduler, chunks: [RecordChunk]) {
-        var released: [TimerScheduler] = []
-        withLock {
-            for chunk in chunks {
-                if let owner = chunk.owner {
-                    released.append(owner)
-                    chunk.owner = nil
-                }
-            }
-        }
-        withExtendedLifetime(released) {}
     }
 
     /// Takes back the chunks of a scheduler that is going away, every slot free, generations
@@ -217,13 +205,15 @@ public final class TimerRegistry: @unchecked Sendable {
 
     // MARK: Lookups
 
-    /// The schedulers that hold chunks here, for listings.
+    /// The schedulers that hold chunks here and have live timers, for listings.
     private var schedulers: [TimerScheduler] {
         var seen = Set<ObjectIdentifier>()
         var found: [TimerScheduler] = []
         withLock {
             for chunk in chunks {
-                if let owner = chunk.owner, seen.insert(ObjectIdentifier(owner)).inserted { found.append(owner) }
+                if let link = chunk.owner, seen.insert(ObjectIdentifier(link)).inserted, let scheduler = link.scheduler {
+                    found.append(scheduler)
+                }
             }
         }
         return found
@@ -234,7 +224,7 @@ public final class TimerRegistry: @unchecked Sendable {
         let found: (scheduler: TimerScheduler, slot: UInt32, generation: UInt32)? = withLock {
             if let id = Self.generatedID(name) {
                 let number = Int((id & 0xFFFF_FFFF) >> UInt64(RecordChunk.shift))
-                guard number < chunks.count, let owner = chunks[number].owner else { return nil }
+                guard number < chunks.count, let owner = chunks[number].owner?.scheduler else { return nil }
                 let slot = UInt32(chunks[number].ownerIndex << RecordChunk.shift | Int(id & UInt64(RecordChunk.mask)))
                 return (owner, slot, UInt32(id >> 32))
             }

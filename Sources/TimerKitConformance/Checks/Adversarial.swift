@@ -32,6 +32,24 @@ final class CallsBackOnDeinit: Sendable {
     }
 }
 
+/// A key's callback that shuts its backend down when told its timer has ended, and records why.
+final class ShutsDownWhenEnded: TimerCallback {
+    let backend: any TimerBackend
+    let told: Locked<[TimerEndReason]>
+
+    init(_ backend: any TimerBackend, told: Locked<[TimerEndReason]>) {
+        self.backend = backend
+        self.told = told
+    }
+
+    func timerFired(_ fire: TimerFire) {}
+
+    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
+        backend.shutdown()
+        told.withLock { $0.append(reason) }
+    }
+}
+
 extension Checks {
     enum Adversarial {
         // MARK: Releases that call back
@@ -322,6 +340,55 @@ extension Checks {
             #expect(unexpected.current.isEmpty)
             #expect(accepted.current.allSatisfy { !$0.isActive }, "every accepted timer ended")
             #expect(h.registry.count == 0)
+        }
+
+        /// `shutdown()` is idempotent, and end callbacks run outside the locks "so either may call
+        /// back into the backend": one called from an `onEnd` action or a `timerEnded` that the
+        /// shutdown itself runs finds it done and returns, and so does the shutdown that ran them.
+        static func shutdownFromAnEndCallbackOfThatShutdownReturns(_ kind: BackendUnderTest) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let told = Locked<[TimerEndReason]>([])
+            let timer = try h.backend.schedule(.after(.seconds(3600))) { _ in }
+            timer.onEnd { reason in
+                h.backend.shutdown()
+                told.withLock { $0.append(reason) }
+            }
+            try h.backend.schedule(.after(.seconds(3600)), calling: ShutsDownWhenEnded(h.backend, told: told))
+            let returned = DispatchSemaphore(value: 0)
+            onBackgroundThread {
+                h.backend.shutdown()
+                returned.signal()
+            }
+            #expect(returned.wait(timeout: .now() + .seconds(20)) == .success, "shutdown() never returned")
+            #expect(told.current == [.backendShutDown, .backendShutDown])
+            #expect(throws: TimerError.backendShutDown(backend: h.backend.name)) { try h.backend.schedule(.after(ms(1))) { _ in } }
+        }
+
+        /// A loop that stops on an error shuts its scheduler down with it (`fail(with:)`), on the
+        /// loop's own thread; end callbacks that hear `.loopFailed` and shut the backend down there
+        /// return, and every timer ends with that reason.
+        static func endCallbacksOfALoopFailureMayShutTheBackendDown(_ kind: BackendUnderTest) throws {
+            let h = try kind.makeHarness()
+            defer { h.shutdown() }
+            let cause = TimerError.nativeFailure(backend: h.backend.name, call: "a failure the check makes")
+            let told = Locked<[TimerEndReason]>([])
+            let timer = try h.backend.schedule(.after(.seconds(3600))) { _ in }
+            timer.onEnd { reason in
+                h.backend.shutdown()
+                told.withLock { $0.append(reason) }
+            }
+            try h.backend.schedule(.after(.seconds(3600)), calling: ShutsDownWhenEnded(h.backend, told: told))
+            let failed = Counter()
+            try h.backend.schedule(.after(ms(1))) { _ in
+                h.backend.scheduler.fail(with: cause)  // as a loop does when its wait fails
+                failed.increment()
+            }
+            #expect(h.waitUntil(.seconds(20)) { failed.current == 1 }, "the handler that failed the loop never returned")
+            #expect(told.current == [.loopFailed(cause), .loopFailed(cause)])
+            #expect(throws: TimerError.loopFailed(backend: h.backend.name, cause: cause)) {
+                try h.backend.schedule(.after(ms(1))) { _ in }
+            }
         }
 
         static func resumeAndRescheduleAfterShutdownAreRefused(_ kind: BackendUnderTest) throws {

@@ -7,6 +7,7 @@ extension Checks {
         .init("oneShotFiresOnceAndNeverEarly", .contract, oneShotFiresOnceAndNeverEarly),
         .init("oneShotAtADeadline", .contract, oneShotAtADeadline),
         .init("timersFireInDeadlineOrder", .contract, timersFireInDeadlineOrder),
+        .init("overdueTimersOnDifferentClocksFireInDeadlineOrder", .contract, overdueTimersOnDifferentClocksFireInDeadlineOrder),
         .init("equalDeadlinesFireInSchedulingOrder", .contract, equalDeadlinesFireInSchedulingOrder),
         .init(
             "aRescheduledTimerTakesItsPlaceAmongEqualDeadlinesAsOfItsReschedule", .contract,
@@ -52,6 +53,8 @@ extension Checks.Adversarial {
         .init("afterShutdownReturnsNoHandlerIsRunning", .adversarial, afterShutdownReturnsNoHandlerIsRunning),
         .init("shutdownWhileOtherThreadsSchedule", .adversarial, shutdownWhileOtherThreadsSchedule),
         .init("resumeAndRescheduleAfterShutdownAreRefused", .adversarial, resumeAndRescheduleAfterShutdownAreRefused),
+        .init("shutdownFromAnEndCallbackOfThatShutdownReturns", .adversarial, shutdownFromAnEndCallbackOfThatShutdownReturns),
+        .init("endCallbacksOfALoopFailureMayShutTheBackendDown", .adversarial, endCallbacksOfALoopFailureMayShutTheBackendDown),
     ]
 }
 

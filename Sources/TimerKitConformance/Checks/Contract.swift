@@ -59,6 +59,33 @@ enum Checks {
         #expect(order.current == [1, 20, 40, 60, 80])
     }
 
+    /// Each clock has its own queue; timers overdue together on different clocks still fire in
+    /// the order of their deadlines, however long overdue each is.
+    static func overdueTimersOnDifferentClocksFireInDeadlineOrder(_ kind: BackendUnderTest) throws {
+        let h = try kind.makeHarness()
+        defer { h.shutdown() }
+        let order = Locked<[String]>([])
+        let failure = Locked<(any Error)?>(nil)
+        let timers: [(name: String, delay: Int, clock: DeadlineClock)] = [
+            ("continuous+400", 400, .continuous), ("monotonic+300", 300, .monotonic), ("continuous+200", 200, .continuous),
+            ("wall+100", 100, .wall),
+        ]
+        let backend = h.backend
+        // Scheduled from inside a handler that then holds the loop past every deadline: all four
+        // are overdue together, by 100 to 400 ms, when it returns.
+        try backend.schedule(.after(.zero)) { _ in
+            do {
+                for timer in timers {
+                    try backend.schedule(.after(ms(timer.delay), on: timer.clock)) { _ in order.withLock { $0.append(timer.name) } }
+                }
+            } catch { failure.withLock { $0 = error } }
+            h.stall(ms(500))
+        }
+        #expect(h.waitUntil { order.current.count == 4 || failure.current != nil })
+        #expect(failure.current == nil)
+        #expect(order.current == ["wall+100", "continuous+200", "monotonic+300", "continuous+400"])
+    }
+
     static func equalDeadlinesFireInSchedulingOrder(_ kind: BackendUnderTest) throws {
         let h = try kind.makeHarness()
         defer { h.shutdown() }

@@ -1,0 +1,165 @@
+import Dispatch
+import Testing
+import TimerKitTestSupport
+
+@testable @_spi(BackendImplementation) import TimerKit
+
+/// A key's callback that runs `ended` when told its timer has ended.
+private final class WhenEnded: TimerCallback {
+    let ended: @Sendable (TimerEndReason) -> Void
+    init(_ ended: @escaping @Sendable (TimerEndReason) -> Void) { self.ended = ended }
+    func timerFired(_ fire: TimerFire) {}
+    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) { ended(reason) }
+}
+
+private final class Silent: TimerCallback {
+    func timerFired(_ fire: TimerFire) {}
+}
+
+/// The seams of a shutdown: what a call made from the code it runs does, what another thread's
+/// call does while it runs, and what holds between its slices.
+@Suite("Shutdown's seams")
+struct ShutdownSeamTests {
+    /// Runs `body` on a thread of its own and says whether it returned within `seconds`: a hang
+    /// fails the test instead of holding it.
+    private func returns(within seconds: Int = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        onBackgroundThread {
+            body()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + .seconds(seconds)) == .success
+    }
+
+    @Test func aShutdownCalledFromAnOnEndActionOfThatShutdownReturns() {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let told = Locked<[TimerEndReason]>([])
+        let timer = try? backend.schedule(.after(.seconds(60))) { _ in }
+        timer?.onEnd { reason in
+            backend.shutdown()
+            told.withLock { $0.append(reason) }
+        }
+        #expect(returns { backend.shutdown() })
+        #expect(told.current == [.backendShutDown])
+    }
+
+    @Test func aShutdownCalledFromATimerEndedOfThatShutdownReturns() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let told = Locked<[TimerEndReason]>([])
+        try backend.schedule(
+            .after(.seconds(60)),
+            calling: WhenEnded { reason in
+                backend.shutdown()
+                told.withLock { $0.append(reason) }
+            })
+        #expect(returns { backend.shutdown() })
+        #expect(told.current == [.backendShutDown])
+    }
+
+    /// `fail(with:)` on the loop's thread (a `ManualBackend`'s is the caller's), as a loop that
+    /// stops on an error calls it: the callbacks hear `.loopFailed`, and their `shutdown()` returns.
+    @Test func aShutdownCalledFromTheEndCallbacksOfALoopFailureReturns() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let cause = TimerError.systemCall(call: "epoll_wait", errno: 9)
+        let told = Locked<[TimerEndReason]>([])
+        try backend.schedule(
+            .after(.seconds(60)),
+            calling: WhenEnded { reason in
+                backend.shutdown()
+                told.withLock { $0.append(reason) }
+            })
+        let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+        timer.onEnd { reason in
+            backend.shutdown()
+            told.withLock { $0.append(reason) }
+        }
+        #expect(returns { backend.scheduler.fail(with: cause) })
+        #expect(told.current.count == 2)
+        #expect(told.current.allSatisfy { $0 == .loopFailed(cause) })
+        #expect(backend.scheduler.failure == cause)
+    }
+
+    /// Another thread's `shutdown()` while one runs waits until every timer has ended, and is
+    /// not held by the end callbacks the first one runs (they run once the timers have ended).
+    @Test func aShutdownFromAnotherThreadReturnsOnceEveryTimerHasEndedWithoutWaitingForEndCallbacks() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let inCallback = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let keys = try (0..<3 * 4096).map { _ in try backend.schedule(.after(.seconds(60)), calling: Silent()) }
+        try backend.schedule(
+            .after(.seconds(60)),
+            calling: WhenEnded { _ in
+                inCallback.signal()
+                _ = release.wait(timeout: .now() + .seconds(20))
+            })
+        let first = DispatchSemaphore(value: 0)
+        onBackgroundThread {
+            backend.shutdown()
+            first.signal()
+        }
+        #expect(inCallback.wait(timeout: .now() + .seconds(20)) == .success)
+        // The first shutdown is held in an end callback: every timer has ended by then.
+        #expect(returns { backend.shutdown() })
+        #expect(keys.allSatisfy { !backend.isActive($0) })
+        release.signal()
+        #expect(first.wait(timeout: .now() + .seconds(20)) == .success)
+    }
+
+    /// The defect this pins: a shutdown drained a queue from its end, which took live entries and
+    /// left dead ones, so between two slices dead entries outnumbered live ones past their bound,
+    /// and a debug build's check after the next operation stopped the process.
+    @Test func deadEntriesStayWithinTheirBoundBetweenTheSlicesOfAShutdown() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let scheduler = backend.scheduler
+        let keys = try (0..<174_000).map { index in
+            try backend.schedule(.after(.seconds(60) + .milliseconds(index)), calling: Silent())
+        }
+        for key in keys[50_000..<124_000] { backend.cancel(key) }
+        try backend.suspend(keys[150_000])
+        let slices = Counter()
+        let outOfBound = Locked<[String]>([])
+        let suspended = Counter()
+        scheduler.runBetweenShutdownSlices {
+            slices.increment()
+            let (dead, live) = (scheduler.deadEntryCount, scheduler.pendingCount)
+            if dead > live + 1 { outOfBound.withLock { $0.append("\(dead) dead entries for \(live) live ones") } }
+            // What another thread's calls do there: each ends with the debug build's checks.
+            if (try? backend.suspend(keys[170_000 - slices.current])) != nil { suspended.increment() }
+            try? backend.resume(keys[150_000])
+            scheduler.checkQueueInvariants()
+        }
+        backend.shutdown()
+        #expect(slices.current > 40, "the shutdown took \(slices.current) slices")
+        #expect(outOfBound.current.isEmpty, "\(outOfBound.current.prefix(3))")
+        #expect(keys.allSatisfy { !backend.isActive($0) })
+    }
+
+    /// The same as another thread makes it: two threads suspend while a third shuts down.
+    @Test func suspendsRacingASlicedShutdownKeepTheQueuesSound() async {
+        await #expect(processExitsWith: .success) {
+            let backend = ManualBackend(registry: TimerRegistry())
+            let keys = try (0..<174_000).map { index in
+                try backend.schedule(.after(.seconds(60) + .milliseconds(index)), calling: Silent())
+            }
+            for key in keys[50_000..<124_000] { backend.cancel(key) }
+            try backend.suspend(keys[150_000])
+            let stop = Locked(false)
+            let started = DispatchSemaphore(value: 0)
+            let stopped = DispatchSemaphore(value: 0)
+            for _ in 0..<2 {
+                onBackgroundThread {
+                    started.signal()
+                    // The suspended timer's key: each call settles under the lock, and a debug
+                    // build checks the queues there.
+                    while !stop.current { try? backend.suspend(keys[150_000]) }
+                    stopped.signal()
+                }
+            }
+            for _ in 0..<2 { started.wait() }
+            backend.shutdown()
+            stop.withLock { $0 = true }
+            for _ in 0..<2 { stopped.wait() }
+            backend.scheduler.checkQueueInvariants()
+        }
+    }
+}

@@ -8,9 +8,11 @@
 ///
 /// Cancel, reschedule, suspend and resume the timer through its backend:
 /// `backend.cancel(key)`, `backend.reschedule(key, .after(.seconds(30)))`. Once the timer has
-/// ended its key answers only that (`TimerBackend/isActive(_:)` is false); the other calls
-/// throw `TimerError/timerEnded(name:state:)`, and `cancel` does nothing. Why it ended and how
-/// many calls it made come to its callback (`TimerCallback/timerEnded(_:reason:fires:)`).
+/// ended its key answers only that (`TimerBackend/isActive(_:)` is false); `reschedule`,
+/// `suspend` and `resume` throw `TimerError/keyEnded(_:)` naming the key, and `cancel` does
+/// nothing. Why it ended and how many calls it made come to its callback
+/// (`TimerCallback/timerEnded(_:reason:fires:)`): its slot may hold another timer by the time
+/// the key is used again, so the error names the key alone.
 ///
 /// A key is good only with the backend that returned it. Another backend's timers are out of
 /// its reach, even the one in the same slot with the same generation: given a key of another
@@ -121,7 +123,7 @@ extension TimerBackend {
     /// Replaces the schedule of the timer `key` names (as `TimerHandle/reschedule(_:)`: a
     /// suspended timer stays suspended; a one-shot rescheduled while its call runs makes another
     /// call).
-    /// - Throws: `TimerError/timerEnded(name:state:)` once it has ended; the schedule's errors;
+    /// - Throws: `TimerError/keyEnded(_:)` once it has ended; the schedule's errors;
     ///   `TimerError/invalidOption(name:value:allowed:)` for a key of another backend.
     public func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
         try withScheduler { scheduler throws(TimerError) in try scheduler.reschedule(key, schedule) }

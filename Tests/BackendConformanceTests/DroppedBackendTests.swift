@@ -6,8 +6,8 @@ import TimerKitLibevent
 import TimerKitTestSupport
 
 /// Promise (README, "Never hangs, never spins"): dropping a backend without shutting it down,
-/// even while it fires, is safe: its timers end and nothing hangs or crashes, whichever thread
-/// lets the last reference go (the scheduler loads its driver only into what it releases
+/// even while it fires, is safe: its timers end, its scheduler is freed, and nothing hangs or
+/// crashes, whichever thread lets the last reference go (the scheduler loads its driver only into what it releases
 /// after unlocking, so a backend's `deinit` never runs under its lock).
 @Suite("Backends dropped without shutdown")
 struct DroppedBackendTests {
@@ -21,8 +21,13 @@ struct DroppedBackendTests {
                 let fired = Locked(0)
                 try backend?.schedule(.every(.microseconds(20))) { _ in fired.withLock { $0 += 1 } }
                 #expect(waitFor { fired.current >= 10 })
+                weak let scheduler = backend?.scheduler
                 backend = nil
                 #expect(waitFor { registry.count == 0 }, "its timer ends with it")
+                // Whatever held the scheduler for its loop (a GCD handler, a CF timer's context, a
+                // loop thread) lets go of it on this exit too; so do the registry and the clock
+                // watcher, which hold it only while it has live timers.
+                #expect(waitFor { scheduler == nil }, "its scheduler goes with it")
                 let after = fired.current
                 blockRealTime(.milliseconds(5))
                 #expect(fired.current == after, "no handler runs once it has gone")

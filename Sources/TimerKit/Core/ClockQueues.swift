@@ -19,6 +19,11 @@ struct ClockQueue: ~Copyable {
     /// A fire left its timer's entry at the top, dead (`entryLeftDeadAtTop`): the next insert
     /// looks whether the top is still dead, to take its place. A hint: the insert checks.
     private var firedTopMayBeDead = false
+    /// A shutdown is emptying the queue from its end (`removeSome`), a slice at a time, and
+    /// nothing is queued any more: the dead entries it has not reached yet may outnumber the
+    /// live ones, and no sweep runs for them (the drain takes every entry). Between two slices
+    /// other calls may still end or suspend timers, whose entries die as usual.
+    var isDraining = false
 
     /// Entries that stand for their timer.
     var live: Int { heap.count - dead }
@@ -78,6 +83,7 @@ struct ClockQueue: ~Copyable {
     /// a timer stay short enough to be inlined where dead entries are few.
     @inline(never)
     private mutating func sweepSome(in store: RecordTable) {
+        guard !isDraining else { return }
         dead -= heap.sweep(budget: 16, limit: 2) { Self.isDead($0, in: store) }
     }
 
@@ -90,6 +96,7 @@ struct ClockQueue: ~Copyable {
 
     @inline(never)
     private mutating func sweepToBound(in store: RecordTable) {
+        guard !isDraining else { return }
         while dead > live + 1 {
             dead -= heap.sweep(budget: 64, limit: dead - live - 1) { Self.isDead($0, in: store) }
         }
@@ -112,25 +119,16 @@ struct ClockQueue: ~Copyable {
         keepDeadWithinBound(in: store)
     }
 
-    /// Removes up to `limit` entries (a shutdown, a slice at a time): from the end, which keeps
-    /// the heap order, except where taking a live entry there would leave more dead ones than
-    /// the bound allows; a dead one is swept instead. So the bound holds between slices, when
-    /// other calls come in. Their timers are left with no entry. Returns whether any are left.
+    /// Removes up to `limit` entries, dead or live, from the end (which keeps the heap order):
+    /// a shutdown empties the queue a slice at a time (`isDraining`). Their timers are left with
+    /// no entry. Returns whether any are left.
     mutating func removeSome(_ limit: Int, in store: RecordTable) -> Bool {
-        var removed = 0
-        while removed < limit, let last = heap.last {
-            removed += 1
-            if Self.isDead(last, in: store) {
-                _ = heap.removeLast(upTo: 1)
-                dead -= 1
-            } else if dead <= live {
-                store[last.slot].pointee.entrySequence = 0
-                _ = heap.removeLast(upTo: 1)
-            } else {
-                // More dead entries than live ones would be left: one of them goes first.
-                dead -= heap.sweep(budget: heap.count, limit: 1) { Self.isDead($0, in: store) }
-            }
+        var deadRemoved = 0
+        _ = heap.removeLast(upTo: limit) { entry in
+            let record = store[entry.slot]
+            if record.pointee.entrySequence == entry.sequence { record.pointee.entrySequence = 0 } else { deadRemoved += 1 }
         }
+        dead -= deadRemoved
         return !heap.isEmpty
     }
 
@@ -139,7 +137,7 @@ struct ClockQueue: ~Copyable {
     /// top for big ones, so that a debug build can check after every operation.
     func checkInvariants(in store: RecordTable) {
         precondition(dead >= 0 && dead <= heap.count, "ClockQueue: \(dead) dead entries in \(heap.count)")
-        precondition(dead <= live + 1, "ClockQueue: \(dead) dead entries for \(live) live ones")
+        precondition(isDraining || dead <= live + 1, "ClockQueue: \(dead) dead entries for \(live) live ones")
         if heap.count <= 16 {
             heap.checkInvariants()
             let counted = heap.count { Self.isDead($0, in: store) }
@@ -187,6 +185,13 @@ struct ClockQueues: ~Copyable {
 
     /// Dead entries in all three.
     var dead: Int { monotonic.dead + continuous.dead + wall.dead }
+
+    /// A shutdown begins to empty the queues (`ClockQueue.isDraining`).
+    mutating func beginDraining() {
+        monotonic.isDraining = true
+        continuous.isDraining = true
+        wall.isDraining = true
+    }
 
     func checkInvariants(in store: RecordTable) {
         monotonic.checkInvariants(in: store)

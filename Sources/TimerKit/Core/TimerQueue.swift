@@ -79,9 +79,6 @@ struct TimerQueue: ~Copyable {
     /// The earliest entry.
     var top: Entry? { count == 0 ? nil : entry(0).pointee }
 
-    /// The entry stored last (a leaf: taking it out keeps the heap order).
-    var last: Entry? { count == 0 ? nil : entry(count - 1).pointee }
-
     /// Where entry `index` is stored.
     @inline(__always)
     private func entry(_ index: Int) -> UnsafeMutablePointer<Entry> {

@@ -78,6 +78,7 @@ extension TimerScheduler {
             shutdownPhase = .draining(thread: pthread_self())
             loopFailure = failure
             shutDownFlag.store(true, ordering: .relaxed)
+            queues.beginDraining()
             armedKey = .max
             // Nothing is armed from now on: an owned driver goes (released below, unlocked), so
             // that a scheduler its handles keep alive never touches the backend's closed descriptors.

@@ -342,19 +342,26 @@ extension Checks {
             #expect(h.registry.count == 0)
         }
 
+        /// Two timers an hour away whose end callbacks shut their backend down: a handle's
+        /// `onEnd` action and a key's `timerEnded`. Returns where they record why they ended.
+        private static func scheduleTimersThatShutDownWhenEnded(on backend: any TimerBackend) throws -> Locked<[TimerEndReason]> {
+            let told = Locked<[TimerEndReason]>([])
+            let timer = try backend.schedule(.after(.seconds(3600))) { _ in }
+            timer.onEnd { reason in
+                backend.shutdown()
+                told.withLock { $0.append(reason) }
+            }
+            try backend.schedule(.after(.seconds(3600)), calling: ShutsDownWhenEnded(backend, told: told))
+            return told
+        }
+
         /// `shutdown()` is idempotent, and end callbacks run outside the locks "so either may call
         /// back into the backend": one called from an `onEnd` action or a `timerEnded` that the
         /// shutdown itself runs finds it done and returns, and so does the shutdown that ran them.
         static func shutdownFromAnEndCallbackOfThatShutdownReturns(_ kind: BackendUnderTest) throws {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
-            let told = Locked<[TimerEndReason]>([])
-            let timer = try h.backend.schedule(.after(.seconds(3600))) { _ in }
-            timer.onEnd { reason in
-                h.backend.shutdown()
-                told.withLock { $0.append(reason) }
-            }
-            try h.backend.schedule(.after(.seconds(3600)), calling: ShutsDownWhenEnded(h.backend, told: told))
+            let told = try scheduleTimersThatShutDownWhenEnded(on: h.backend)
             let returned = DispatchSemaphore(value: 0)
             onBackgroundThread {
                 h.backend.shutdown()
@@ -372,13 +379,7 @@ extension Checks {
             let h = try kind.makeHarness()
             defer { h.shutdown() }
             let cause = TimerError.nativeFailure(backend: h.backend.name, call: "a failure the check makes")
-            let told = Locked<[TimerEndReason]>([])
-            let timer = try h.backend.schedule(.after(.seconds(3600))) { _ in }
-            timer.onEnd { reason in
-                h.backend.shutdown()
-                told.withLock { $0.append(reason) }
-            }
-            try h.backend.schedule(.after(.seconds(3600)), calling: ShutsDownWhenEnded(h.backend, told: told))
+            let told = try scheduleTimersThatShutDownWhenEnded(on: h.backend)
             let failed = Counter()
             try h.backend.schedule(.after(ms(1))) { _ in
                 h.backend.scheduler.fail(with: cause)  // as a loop does when its wait fails

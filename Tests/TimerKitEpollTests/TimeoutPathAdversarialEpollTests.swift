@@ -57,8 +57,9 @@ struct TimeoutPathAdversarialEpollTests {
             // All were scheduled before the first came due (else the VM stalled us: no order check).
             if schedulingEnded < firstDeadline {
                 let scheduled = fires.map(\.scheduled)
+                // The deadlines, not the tags: a schedule that took longer than the 2 ms between
+                // two delays (seen under ThreadSanitizer) gives the later tag the later deadline.
                 if scheduled != scheduled.sorted() { out.append("fired out of deadline order: \(fires.map(\.tag))") }
-                if fires.map(\.tag) != Array((0..<60).reversed()) { out.append("order \(fires.map(\.tag))") }
             }
             if log.ends.contains(where: { $0.reason != .completed || $0.fires != 1 }) { out.append("ends: \(log.ends)") }
             if backend.registry.count != 0 { out.append("registry still holds \(backend.registry.count)") }

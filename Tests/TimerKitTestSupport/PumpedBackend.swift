@@ -1,4 +1,4 @@
-import Synchronization
+import Foundation
 @_spi(BackendImplementation) import TimerKit
 
 // The example backend of the "Writing a backend" article, verbatim: the conformance suite
@@ -20,12 +20,12 @@ public final class PumpedBackend: TimerBackend {
     deinit { scheduler.shutdown() }
 
     /// When the loop must next call `runDueTimers()` (`.distantFuture`: nothing is due).
-    public var nextDeadline: MonotonicInstant { wakeUp.requested.withLock { $0 } }
+    public var nextDeadline: MonotonicInstant { wakeUp.withRequest { $0 } }
 
     /// Runs the handlers that are due. Call it from the loop's thread only: handlers of one
     /// backend run serially.
     public func runDueTimers() {
-        let due = wakeUp.requested.withLock { requested in
+        let due = wakeUp.withRequest { requested in
             guard MonotonicInstant.now() >= requested else { return false }
             // Used up: the scheduler asks again for the next deadline, if there is one.
             requested = .distantFuture
@@ -39,12 +39,21 @@ public final class PumpedBackend: TimerBackend {
 
 /// The backend's wake-up state, and its driver: the deadline the scheduler asked for last. It
 /// holds neither the backend nor the scheduler, so that the scheduler can own it.
-private final class WakeUp: TimerDriver {
-    let requested = Mutex(MonotonicInstant.distantFuture)
+private final class WakeUp: TimerDriver, @unchecked Sendable {
+    // @unchecked: `requested` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var requested = MonotonicInstant.distantFuture
+
+    /// Runs `body` on the deadline asked for last, under the lock.
+    func withRequest<Result>(_ body: (inout MonotonicInstant) -> Result) -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&requested)
+    }
 
     /// Called with the scheduler's lock held, from any thread: record the request and return.
     /// (A loop that sleeps would also be woken here, without waiting for it: a pipe write.)
     func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        requested.withLock { $0 = deadline }
+        withRequest { $0 = deadline }
     }
 }

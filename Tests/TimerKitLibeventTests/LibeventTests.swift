@@ -139,6 +139,27 @@ struct LibeventTests {
         #expect(throws: TimerError.loopFailed(backend: "libevent", cause: cause)) { try backend.schedule(.after(.seconds(1))) { _ in } }
     }
 
+    /// The same failure, with end callbacks that shut the backend down on the loop's thread as
+    /// they hear `.loopFailed`: they return, and so does the loop. (They waited for the shutdown
+    /// their own thread was running.)
+    @Test func endCallbacksOfALoopThatEndsOnItsOwnMayShutTheBackendDown() throws {
+        let backend = try LibeventBackend(registry: TimerRegistry())
+        defer { backend.shutdown() }
+        let fired = Counter()
+        let told = Locked<[TimerEndReason]>([])
+        try backend.schedule(.every(.milliseconds(1))) { _ in fired.increment() }
+        let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+        timer.onEnd { reason in
+            backend.shutdown()
+            told.withLock { $0.append(reason) }
+        }
+        #expect(waitFor { fired.current >= 1 })
+        event_base_loopbreak(backend.eventBase)
+        #expect(waitFor { told.current.count == 1 }, "the end callback's shutdown() did not return")
+        let cause = TimerError.nativeFailure(backend: "libevent", call: "event_base_loop (returned 0)")
+        #expect(told.current == [.loopFailed(cause)])
+    }
+
     @Test func repeatsStayOnTheGridAfterALateFire() throws {
         // libevent's own EV_PERSIST restarts its period from the late fire; the core does not.
         let backend = try LibeventBackend(registry: TimerRegistry())

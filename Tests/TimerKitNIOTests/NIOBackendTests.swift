@@ -224,7 +224,46 @@
         }
     }
 
+    /// A key's callback that shuts its backend down when told its timer has ended.
+    private final class ShutsDownWhenEnded: TimerCallback {
+        let backend: NIOBackend
+        let told: Locked<[TimerEndReason]>
+        init(_ backend: NIOBackend, told: Locked<[TimerEndReason]>) {
+            self.backend = backend
+            self.told = told
+        }
+        func timerFired(_ fire: TimerFire) {}
+        func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
+            backend.shutdown()
+            told.withLock { $0.append(reason) }
+        }
+    }
+
     extension NIOWakeUpTests {
+        /// The loop shutting down first fails the backend (`loopShutDown`): end callbacks that
+        /// hear `.loopFailed` and shut the backend down there return. (They waited for the
+        /// shutdown their own thread was running.)
+        @Test func endCallbacksOfALoopThatShutDownFirstMayShutTheBackendDown() throws {
+            try withWatchdog {
+                let loop = EmbeddedEventLoop()
+                let backend = NIOBackend(on: loop, registry: TimerRegistry())
+                let told = Locked<[TimerEndReason]>([])
+                let timer = try backend.schedule(.after(.seconds(60))) { _ in }
+                timer.onEnd { reason in
+                    backend.shutdown()
+                    told.withLock { $0.append(reason) }
+                }
+                try backend.schedule(.after(.seconds(60)), calling: ShutsDownWhenEnded(backend, told: told))
+                try loop.syncShutdownGracefully()
+                #expect(backend.scheduler.hasShutDown)
+                #expect(told.current.count == 2)
+                #expect(
+                    told.current.allSatisfy {
+                        if case .loopFailed = $0 { true } else { false }
+                    })
+            }
+        }
+
         @Test func anEmbeddedLoopThatShutsDownFirstEndsABackendWithATimer() throws {
             try withWatchdog {
                 let loop = EmbeddedEventLoop()

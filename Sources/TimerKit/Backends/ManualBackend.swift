@@ -120,8 +120,10 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     /// in deadline order; each handler sees the virtual time of its own deadline.
     ///
     /// Called from inside a handler, it moves the clock without firing anything: that is how
-    /// a test makes a handler "take" virtual time (to exercise the missed-tick policies);
-    /// what came due fires after the handler returns.
+    /// a test makes a handler "take" virtual time (to exercise the missed-tick policies).
+    /// What came due fires once the handler has returned: in the outer call, if a timer of that
+    /// call's window is still to fire there (it fires everything due at the clock's reading);
+    /// otherwise at the next `advance` or `runDue()`, as after `stall(for:)`.
     ///
     /// Each due tick runs in turn, so advancing far past a repeating timer runs every tick of
     /// it on the way (`.skip` drops none: each one is on time in virtual time). Timers that
@@ -135,7 +137,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     private func advanceSynchronously(to deadline: MonotonicInstant) {
         mutex.lock()
         if let thread = advancingThread, pthread_equal(thread, pthread_self()) != 0 {
-            clock.move(to: deadline)  // from a handler: what comes due fires after it returns
+            clock.move(to: deadline)  // from a handler: the outer call, or the next, fires what came due
             mutex.unlock()
             return
         }

@@ -9,18 +9,12 @@ import Glibc
 /// carried until the phase is `drained`, and runs after it. So a `shutdown()` made by that code,
 /// or by any thread then, finds the shutdown done and returns; one made by another thread while
 /// the slices run waits for `drained`, which no user code stands in the way of.
-enum ShutdownPhase {
+enum ShutdownPhase: UInt8 {
     case running
-    /// Timers are ending, a slice at a time, on `thread`.
-    case draining(thread: pthread_t)
+    /// Timers are ending, a slice at a time, on the scheduler's `drainingThread`.
+    case draining
     /// Every timer has ended; what the drain owes runs (or has run) outside the lock.
     case drained
-
-    @inline(__always)
-    var hasBegun: Bool {
-        if case .running = self { return false }
-        return true
-    }
 }
 
 /// Shutting down, by the backend or because its loop failed: every timer of this scheduler
@@ -75,7 +69,8 @@ extension TimerScheduler {
         switch shutdownPhase {
         case .running:
             role = .drainer
-            shutdownPhase = .draining(thread: pthread_self())
+            shutdownPhase = .draining
+            drainingThread = pthread_self()
             loopFailure = failure
             shutDownFlag.store(true, ordering: .relaxed)
             queues.beginDraining()
@@ -90,9 +85,9 @@ extension TimerScheduler {
             // Tasks that preferred the loop carry on without it.
             if !jobs.isEmpty { after.owed.strandedJobs.append(contentsOf: jobs) }
             jobs.removeAll()
-        case .draining(let thread):
-            role = pthread_equal(thread, pthread_self()) != 0 ? .done : .waiter
-            while case .draining = shutdownPhase, role == .waiter { waitLocked() }
+        case .draining:
+            role = pthread_equal(drainingThread, pthread_self()) != 0 ? .done : .waiter
+            while shutdownPhase == .draining, role == .waiter { waitLocked() }
         case .drained:
             role = .done
         }

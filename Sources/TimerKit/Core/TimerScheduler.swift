@@ -81,11 +81,14 @@ import Synchronization
     /// test seeds it (`seedJitter`).
     @exclusivity(unchecked) var jitterState = UInt64.random(in: .min ... .max)
     /// Where the shutdown is (`ShutdownPhase`): `running` until `shutdown()` or `fail(with:)`.
+    /// A byte, as the flag it replaced: read on every schedule and fire.
     @exclusivity(unchecked) var shutdownPhase = ShutdownPhase.running
+    /// The thread running the drain, while `shutdownPhase` is `.draining`.
+    @exclusivity(unchecked) var drainingThread = pthread_t()
     /// What a test runs between two slices of the shutdown (`runBetweenShutdownSlices`).
     @exclusivity(unchecked) var betweenShutdownSlices: (@Sendable () -> Void)?
     /// Whether the shutdown has begun: new timers are refused from then on.
-    @inline(__always) var isShutDown: Bool { shutdownPhase.hasBegun }
+    @inline(__always) var isShutDown: Bool { shutdownPhase != .running }
     /// See `keepsHandlesAsKeyedTimers`.
     @exclusivity(unchecked) var handlesAsKeyedTimers = false
     @exclusivity(unchecked) var loopFailure: TimerError?

@@ -9,7 +9,7 @@ import TimerKitTestSupport
 /// even while it fires, is safe: its timers end, its scheduler is freed, and nothing hangs or
 /// crashes, whichever thread lets the last reference go (the scheduler loads its driver only into what it releases
 /// after unlocking, so a backend's `deinit` never runs under its lock).
-@Suite("Backends dropped without shutdown")
+@Suite("Backends dropped without shutdown", .onAThreadOfItsOwn)
 struct DroppedBackendTests {
     @Test(arguments: ["dispatch", "epoll", "epollPwait2", "libevent", "runLoop", "uring"])
     func aBusyBackendDroppedWithoutShutdownEndsItsTimers(_ kind: String) throws {

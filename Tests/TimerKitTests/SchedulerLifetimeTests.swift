@@ -13,7 +13,7 @@ private final class ArmsNothing: TimerDriver {
 /// What keeps a scheduler alive, and what lets it go: every strong reference the core holds to
 /// a scheduler (the clock watcher's, the registry's lent chunks') has a release on every path,
 /// a shutdown that races a schedule, or no shutdown at all.
-@Suite("A scheduler's lifetime")
+@Suite("A scheduler's lifetime", .onAThreadOfItsOwn)
 struct SchedulerLifetimeTests {
     /// The defect this pins: a wall timer scheduled while its scheduler shut down told the clock
     /// watcher of the scheduler after the shutdown had let the watcher go of it, and the watcher

@@ -89,7 +89,7 @@ private func isForeignKeyError(_ error: TimerError?, _ key: TimerKey) -> Bool {
 
 // MARK: - Tests
 
-@Suite("Seams, adversarially")
+@Suite("Seams, adversarially", .onAThreadOfItsOwn)
 struct SeamsAdversarialTests {
 
     // MARK: Promise 1: shutdown from the code it runs

@@ -19,7 +19,7 @@ private final class Silent: TimerCallback {
 
 /// The seams of a shutdown: what a call made from the code it runs does, what another thread's
 /// call does while it runs, and what holds between its slices.
-@Suite("Shutdown's seams")
+@Suite("Shutdown's seams", .onAThreadOfItsOwn)
 struct ShutdownSeamTests {
     /// Runs `body` on a thread of its own and says whether it returned within `seconds`: a hang
     /// fails the test instead of holding it.

@@ -67,23 +67,24 @@ enum Checks {
         let order = Locked<[String]>([])
         let failure = Locked<(any Error)?>(nil)
         let timers: [(name: String, delay: Int, clock: DeadlineClock)] = [
-            ("continuous+400", 400, .continuous), ("monotonic+300", 300, .monotonic), ("continuous+200", 200, .continuous),
-            ("wall+100", 100, .wall),
+            ("continuous+160", 160, .continuous), ("monotonic+120", 120, .monotonic), ("continuous+80", 80, .continuous),
+            ("wall+40", 40, .wall),
         ]
         let backend = h.backend
         // Scheduled from inside a handler that then holds the loop past every deadline: all four
-        // are overdue together, by 100 to 400 ms, when it returns.
+        // are overdue together, by 40 to 160 ms, when it returns (40 ms apart: far more than two
+        // clock readings' spread).
         try backend.schedule(.after(.zero)) { _ in
             do {
                 for timer in timers {
                     try backend.schedule(.after(ms(timer.delay), on: timer.clock)) { _ in order.withLock { $0.append(timer.name) } }
                 }
             } catch { failure.withLock { $0 = error } }
-            h.stall(ms(500))
+            h.stall(ms(200))
         }
         #expect(h.waitUntil { order.current.count == 4 || failure.current != nil })
         #expect(failure.current == nil)
-        #expect(order.current == ["wall+100", "continuous+200", "monotonic+300", "continuous+400"])
+        #expect(order.current == ["wall+40", "continuous+80", "monotonic+120", "continuous+160"])
     }
 
     static func equalDeadlinesFireInSchedulingOrder(_ kind: BackendUnderTest) throws {

@@ -224,21 +224,6 @@
         }
     }
 
-    /// A key's callback that shuts its backend down when told its timer has ended.
-    private final class ShutsDownWhenEnded: TimerCallback {
-        let backend: NIOBackend
-        let told: Locked<[TimerEndReason]>
-        init(_ backend: NIOBackend, told: Locked<[TimerEndReason]>) {
-            self.backend = backend
-            self.told = told
-        }
-        func timerFired(_ fire: TimerFire) {}
-        func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
-            backend.shutdown()
-            told.withLock { $0.append(reason) }
-        }
-    }
-
     extension NIOWakeUpTests {
         /// The loop shutting down first fails the backend (`loopShutDown`): end callbacks that
         /// hear `.loopFailed` and shut the backend down there return. (They waited for the
@@ -247,7 +232,7 @@
             try withWatchdog {
                 let loop = EmbeddedEventLoop()
                 let backend = NIOBackend(on: loop, registry: TimerRegistry())
-                let told = Locked<[TimerEndReason]>([])
+                let told = TimerKit.Locked<[TimerEndReason]>([])  // the type ShutsDownWhenEnded records into
                 let timer = try backend.schedule(.after(.seconds(60))) { _ in }
                 timer.onEnd { reason in
                     backend.shutdown()

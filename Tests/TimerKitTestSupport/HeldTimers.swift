@@ -222,3 +222,14 @@ package struct SplitMix64 {
 
     package mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }
+
+/// Runs `body` on a thread of its own and says whether it returned within `seconds`: a hang
+/// fails the test instead of holding it (the thread is left behind).
+package func returns(within seconds: Int = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
+    let done = DispatchSemaphore(value: 0)
+    onBackgroundThread {
+        body()
+        done.signal()
+    }
+    return done.wait(timeout: .now() + .seconds(seconds)) == .success
+}

@@ -59,16 +59,6 @@ private final class CallbackWithDeinit: TimerCallback {
     deinit { body() }
 }
 
-/// Runs `body` on a thread of its own and says whether it returned within `seconds`.
-private func returns(within seconds: Int = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
-    let done = DispatchSemaphore(value: 0)
-    onBackgroundThread {
-        body()
-        done.signal()
-    }
-    return done.wait(timeout: .now() + .seconds(seconds)) == .success
-}
-
 /// What a throwing call threw; nil when it returned.
 private func thrown(_ body: () throws -> Void) -> TimerError? {
     do {

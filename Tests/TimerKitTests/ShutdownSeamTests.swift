@@ -21,17 +21,6 @@ private final class Silent: TimerCallback {
 /// call does while it runs, and what holds between its slices.
 @Suite("Shutdown's seams", .onAThreadOfItsOwn)
 struct ShutdownSeamTests {
-    /// Runs `body` on a thread of its own and says whether it returned within `seconds`: a hang
-    /// fails the test instead of holding it.
-    private func returns(within seconds: Int = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        onBackgroundThread {
-            body()
-            done.signal()
-        }
-        return done.wait(timeout: .now() + .seconds(seconds)) == .success
-    }
-
     @Test func aShutdownCalledFromAnOnEndActionOfThatShutdownReturns() {
         let backend = ManualBackend(registry: TimerRegistry())
         let told = Locked<[TimerEndReason]>([])

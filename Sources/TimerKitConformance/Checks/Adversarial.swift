@@ -33,18 +33,18 @@ final class CallsBackOnDeinit: Sendable {
 }
 
 /// A key's callback that shuts its backend down when told its timer has ended, and records why.
-final class ShutsDownWhenEnded: TimerCallback {
+package final class ShutsDownWhenEnded: TimerCallback {
     let backend: any TimerBackend
     let told: Locked<[TimerEndReason]>
 
-    init(_ backend: any TimerBackend, told: Locked<[TimerEndReason]>) {
+    package init(_ backend: any TimerBackend, told: Locked<[TimerEndReason]>) {
         self.backend = backend
         self.told = told
     }
 
-    func timerFired(_ fire: TimerFire) {}
+    package func timerFired(_ fire: TimerFire) {}
 
-    func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
+    package func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {
         backend.shutdown()
         told.withLock { $0.append(reason) }
     }

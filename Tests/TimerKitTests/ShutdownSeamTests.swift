@@ -95,6 +95,26 @@ struct ShutdownSeamTests {
         #expect(first.wait(timeout: .now() + .seconds(20)) == .success)
     }
 
+    /// The hook between slices usually captures its scheduler: the shutdown lets go of it, or
+    /// the two would keep each other alive (AddressSanitizer's leak check found the cycle).
+    @Test func theShutdownLetsGoOfWhatRunsBetweenItsSlices() {
+        weak var weakScheduler: TimerScheduler?
+        let ran = Locked(0)
+        do {
+            let backend = ManualBackend(registry: TimerRegistry())
+            let scheduler = backend.scheduler
+            weakScheduler = scheduler
+            _ = try? backend.schedule(.after(.seconds(60)), calling: Silent())
+            scheduler.runBetweenShutdownSlices {
+                _ = scheduler.pendingCount
+                ran.withLock { $0 += 1 }
+            }
+            backend.shutdown()
+        }
+        #expect(ran.current > 0)
+        #expect(weakScheduler == nil)
+    }
+
     /// The defect this pins: a shutdown drains a queue from its end, which takes live entries and
     /// leaves dead ones, so between two slices dead entries outnumbered live ones past their
     /// bound, and a debug build's check after the next operation stopped the process (the issue's

@@ -105,7 +105,12 @@ extension TimerScheduler {
     /// Ends every timer, a slice at a time, carrying what that owes in `after`, and sets the
     /// phase to `drained` in the last slice: the caller runs `after` once it has unlocked.
     private func drain(into after: inout AfterUnlock) {
-        let betweenSlices = mutex.withLock { betweenShutdownSlices }
+        // Taken, not read: the hook often captures this scheduler, and one kept here would be a
+        // cycle that outlives the shutdown (released outside the lock as `drain` returns).
+        let betweenSlices = mutex.withLock {
+            defer { betweenShutdownSlices = nil }
+            return betweenShutdownSlices
+        }
         // Nothing is queued once shutdown has begun: the queues empty a slice at a time.
         while mutex.withLock({ queuesHaveEntriesAfterDroppingSomeLocked() }) { betweenSlices?() }
         // Every timer is in the store (queued, suspended, firing or running a task): they end a
@@ -140,8 +145,8 @@ extension TimerScheduler {
         mutex.unlock()
     }
 
-    /// Runs `body` between two slices of the shutdown, outside the lock, as another thread's
-    /// call may land there (tests).
+    /// Runs `body` between two slices of the next shutdown, outside the lock, as another
+    /// thread's call may land there (tests). The shutdown lets go of it.
     package func runBetweenShutdownSlices(_ body: @escaping @Sendable () -> Void) {
         mutex.withLock { betweenShutdownSlices = body }
     }

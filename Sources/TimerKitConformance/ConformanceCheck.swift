@@ -116,11 +116,23 @@ public struct ConformanceCheck: Sendable, Hashable, CustomStringConvertible, Cus
             // under load, tests timed out and sleeps that ended on time seemed late.
             let executor = ThreadTaskExecutor()
             defer { executor.stop() }
-            try await withTaskExecutorPreference(executor) {
+            // At a priority of its own: what the check leaves to the global executor (the tasks
+            // a shut-down backend hands on, a task of no preference) waits only for the checks'
+            // own jobs. The global executor runs each priority on threads of their own, and a
+            // test run's blocking tests fill the default priority's: a check's task queued
+            // behind them did not start within its 90 s watchdog (`test-under-load`, 9 of 16
+            // runs, every backend at once).
+            let body = self.body
+            let check = Task(executorPreference: executor, priority: .high) {
                 switch body {
                 case .blocking(let check): try check(backend)
                 case .async(let check): try await check(backend)
                 }
+            }
+            try await withTaskCancellationHandler {
+                try await check.value
+            } onCancel: {
+                check.cancel()
             }
         }
     }

@@ -344,7 +344,7 @@ extension Checks {
             }
             #expect(outcome == "timed out; CancellationError, timer scheduled")
             // Already cancelled before it waits: it throws at once.
-            let cancelled = Task {
+            let cancelled = Task(executorPreference: h.taskExecutor) {
                 withUnsafeCurrentTask { $0?.cancel() }
                 do {
                     _ = try await repeating.ended

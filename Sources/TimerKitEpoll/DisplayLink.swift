@@ -235,13 +235,6 @@ public final class DisplaySource: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension DisplaySource: TimerDriver {
-    /// Arms the vsync thread's timerfd for `deadline`, as the source's own scheduler does through
-    /// the vsync timer it owns (and calls without going through the source). `.distantFuture`
-    /// disarms it.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) { try vsync.wake(at: deadline) }
-}
-
 /// The vsync thread's timerfd and what the kernel will do with it. Kept apart from the source
 /// so that the vsync thread never holds the source, and the scheduler owns it as its driver
 /// (`attach(owning:)`): it holds neither the source nor the scheduler, so that makes no cycle,

@@ -212,12 +212,6 @@ public final class EpollBackend: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension EpollBackend: TimerDriver {
-    /// As the scheduler's own driver does (the loop's state, which the scheduler owns): kept
-    /// for code that drives this backend through it.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) { try state.wake(at: deadline) }
-}
-
 /// What the loop thread and `wake(at:)` share, and the scheduler's driver. Kept apart from the
 /// backend so that the loop never holds the backend (a backend dropped inside one of its own
 /// handlers goes while its loop still runs), and holding no scheduler, so that the scheduler

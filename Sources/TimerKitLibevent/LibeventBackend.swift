@@ -232,12 +232,6 @@ public final class LibeventBackend: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension LibeventBackend: TimerDriver {
-    /// As the scheduler's own driver does (`EventWakeUps`, which the scheduler owns): kept for
-    /// code that drives this backend through it.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) { try wakeUps.wake(at: deadline) }
-}
-
 /// A libevent backend's driver: it arms the backend's one event. The scheduler owns it
 /// (`attach(owning:)`; a driver held weakly costs the runtime's slow reference counting on every
 /// wake-up request) and lets it go at shutdown, before the backend frees the event.

@@ -40,15 +40,69 @@
     /// throws that error instead of reaching the dead loop. A `schedule` from another thread that
     /// races the loop's shutdown can still reach NIO after the loop stopped, which NIO reports
     /// (with `SWIFTNIO_STRICT` set, by stopping the program).
-    public final class NIOBackend: TimerBackend, @unchecked Sendable {
-        // @unchecked: the mutable fields are touched only while holding `lock`; the rest is
-        // immutable.
+    public final class NIOBackend: TimerBackend, Sendable {
         @_spi(BackendImplementation) public let scheduler: TimerScheduler
         @_spi(BackendImplementation) public var unretainedScheduler: Unmanaged<TimerScheduler> { .passUnretained(scheduler) }
         /// The loop the timers fire on.
         public let eventLoop: any EventLoop
+        /// The callbacks on the loop and the deadline they serve: the scheduler's driver.
+        private let wakeUps: NIOWakeUps
+
+        /// The most callbacks the backend keeps on the loop for its timers; a new one past it
+        /// cancels the farthest. Enough that a burst of timers scheduled in falling deadline order
+        /// (each callback then serves a timer) rarely reaches it; few enough that the memory they
+        /// hold (a few hundred bytes each, in NIO's queue and here) stays small.
+        static let maxOutstandingCallbacks = 64
+
+        /// A backend on `eventLoop`, registering its timers in `registry`.
+        public init(on eventLoop: any EventLoop, registry: TimerRegistry = .shared) {
+            self.eventLoop = eventLoop
+            let readsLoopTime = eventLoop is EmbeddedEventLoop || eventLoop is NIOAsyncTestingEventLoop
+            let clock: SchedulerClock = readsLoopTime ? .custom { MonotonicInstant(eventLoop.now) } : .monotonic
+            scheduler = TimerScheduler(backendName: "nio", registry: registry, clock: clock)
+            wakeUps = NIOWakeUps(eventLoop: eventLoop, readsLoopTime: readsLoopTime, scheduler: scheduler)
+            scheduler.attach(owning: wakeUps)
+            // The test loops stay with the caller's thread and report their own shutdown through
+            // the timers' callbacks; a real loop gets a watch, armed from any thread.
+            if !readsLoopTime { wakeUps.watchTheLoop() }
+        }
+
+        deinit { shutdown() }
+
+        /// Cancels every timer and refuses new ones. From a handler it returns at once; from
+        /// another thread it returns once no handler of this backend is running.
+        public func shutdown() {
+            scheduler.shutdown()
+            wakeUps.shutdown()
+        }
+
+        /// How many NIO callbacks the backend has cancelled: only past the cap or to shut down,
+        /// never to move its wake-up or to disarm.
+        var cancelledCallbackCount: Int { wakeUps.cancelledCallbackCount }
+
+        /// How many callbacks the backend has on the loop for its timers, the watch aside: at
+        /// most `maxOutstandingCallbacks`.
+        var outstandingCallbackCount: Int { wakeUps.outstandingCallbackCount }
+
+        /// The deadlines of those callbacks, in the order they were scheduled (falling).
+        var outstandingCallbackDeadlines: [MonotonicInstant] { wakeUps.outstandingCallbackDeadlines }
+
+        /// How many callbacks have called the scheduler's `fireDueTimers`: only ones that came
+        /// when a deadline it asked for had come.
+        var dueTimersCallCount: Int { wakeUps.dueTimersCallCount }
+    }
+
+    /// A `NIOBackend`'s driver: its callbacks on the loop and the deadline they serve. The
+    /// scheduler owns it (`attach(owning:)`) until its shutdown, and it holds the scheduler, to
+    /// fire its timers: the shutdown, which the backend's `deinit` makes too, ends the cycle.
+    /// The loop's callbacks hold it weakly, so one still queued there keeps nothing alive.
+    private final class NIOWakeUps: TimerDriver, @unchecked Sendable {
+        // @unchecked: the mutable fields are touched only while holding `lock`; the rest is
+        // immutable.
+        let eventLoop: any EventLoop
         /// Whether the loop keeps virtual time (`EventLoop.now`), which the backend's clock reads.
-        private let readsLoopTime: Bool
+        let readsLoopTime: Bool
+        let scheduler: TimerScheduler
         private let lock = NIOLock()
         /// The deadline the scheduler last asked to be woken at, as applied on the loop; nil when
         /// it asked for none, or when the callback that came for it has called `fireDueTimers`.
@@ -65,41 +119,25 @@
         private var watch: Pending?
         private var loopHasShutDown = false
         private var hasShutDown = false
-        /// NIO callbacks this backend has cancelled (for tests: moving the wake-up and disarming
-        /// must not cancel).
         private var cancelledCallbacks = 0
-        /// Callbacks that called `fireDueTimers` (for tests: an early or unwanted one must not).
         private var dueTimersCalls = 0
 
-        /// The most callbacks the backend keeps on the loop for its timers; a new one past it
-        /// cancels the farthest. Enough that a burst of timers scheduled in falling deadline order
-        /// (each callback then serves a timer) rarely reaches it; few enough that the memory they
-        /// hold (a few hundred bytes each, in NIO's queue and here) stays small.
-        static let maxOutstandingCallbacks = 64
-
-        /// A backend on `eventLoop`, registering its timers in `registry`.
-        public init(on eventLoop: any EventLoop, registry: TimerRegistry = .shared) {
+        init(eventLoop: any EventLoop, readsLoopTime: Bool, scheduler: TimerScheduler) {
             self.eventLoop = eventLoop
-            readsLoopTime = eventLoop is EmbeddedEventLoop || eventLoop is NIOAsyncTestingEventLoop
-            let clock: SchedulerClock = readsLoopTime ? .custom { MonotonicInstant(eventLoop.now) } : .monotonic
-            scheduler = TimerScheduler(backendName: "nio", registry: registry, clock: clock)
-            scheduler.attach(self)
-            // The test loops stay with the caller's thread and report their own shutdown through
-            // the timers' callbacks; a real loop gets a watch, armed from any thread.
-            if !readsLoopTime {
-                let callback = Callback(backend: self, deadline: .distantFuture)
-                if let scheduled = try? eventLoop.scheduleCallback(at: .distantFuture, handler: callback) {
-                    lock.withLock { watch = Pending(callback: callback, scheduled: scheduled) }
-                }
+            self.readsLoopTime = readsLoopTime
+            self.scheduler = scheduler
+        }
+
+        /// Puts the watch on the loop.
+        func watchTheLoop() {
+            let callback = Callback(wakeUps: self, deadline: .distantFuture)
+            if let scheduled = try? eventLoop.scheduleCallback(at: .distantFuture, handler: callback) {
+                lock.withLock { watch = Pending(callback: callback, scheduled: scheduled) }
             }
         }
 
-        deinit { shutdown() }
-
-        /// Cancels every timer and refuses new ones. From a handler it returns at once; from
-        /// another thread it returns once no handler of this backend is running.
-        public func shutdown() {
-            scheduler.shutdown()
+        /// After the scheduler's shutdown: cancels the callbacks on a loop that still runs.
+        func shutdown() {
             let (callbacks, loopRuns) = lock.withLock {
                 hasShutDown = true
                 wanted = nil
@@ -113,19 +151,9 @@
             for callback in callbacks { cancel(callback) }
         }
 
-        /// How many NIO callbacks the backend has cancelled: only past the cap or to shut down,
-        /// never to move its wake-up or to disarm.
         var cancelledCallbackCount: Int { lock.withLock { cancelledCallbacks } }
-
-        /// How many callbacks the backend has on the loop for its timers, the watch aside: at
-        /// most `maxOutstandingCallbacks`.
         var outstandingCallbackCount: Int { lock.withLock { pending.count } }
-
-        /// The deadlines of those callbacks, in the order they were scheduled (falling).
         var outstandingCallbackDeadlines: [MonotonicInstant] { lock.withLock { pending.map(\.callback.deadline) } }
-
-        /// How many callbacks have called the scheduler's `fireDueTimers`: only ones that came
-        /// when a deadline it asked for had come.
         var dueTimersCallCount: Int { lock.withLock { dueTimersCalls } }
 
         private func cancel(_ pending: Pending) {
@@ -133,6 +161,36 @@
             lock.withLock { cancelledCallbacks += 1 }
             pending.scheduled.cancel()
         }
+
+        /// Moves the backend's wake-up to `deadline`. Called with the scheduler's lock held, from
+        /// any thread, so it never waits for the loop: on the loop it applies the deadline at once
+        /// (scheduling a callback only when none on the loop comes at or before it: NIO takes its
+        /// task lock for a moment); off the loop it records the deadline and, unless a hop is
+        /// queued already, queues one with `execute` that applies the latest deadline there. A
+        /// loop that has shut down is never called.
+        func wake(at deadline: MonotonicInstant) throws(TimerError) {
+            if eventLoop.inEventLoop {
+                // Newer than any deadline recorded off the loop: the hop finds nothing to do.
+                let loopRuns = lock.withLock {
+                    wanted = nil
+                    return !loopHasShutDown
+                }
+                guard loopRuns else { throw Self.loopGone }
+                try arm(deadline)
+                return
+            }
+            let (loopRuns, hop) = lock.withLock {
+                if loopHasShutDown { return (false, false) }
+                wanted = deadline
+                defer { hopQueued = true }
+                return (true, !hopQueued)
+            }
+            guard loopRuns else { throw Self.loopGone }
+            if hop { eventLoop.execute { [weak self] in self?.applyWanted() } }
+        }
+
+        private static let loopGone = TimerError.loopFailed(
+            backend: "nio", cause: .nativeFailure(backend: "nio", call: "EventLoop: it shut down before the NIOBackend on it"))
 
         /// Makes sure a callback comes at or before `deadline`, or disarms. Called on the loop.
         private func arm(_ deadline: MonotonicInstant) throws(TimerError) {
@@ -146,11 +204,11 @@
                     return (false, nil)
                 }
                 // Every one there is later than the deadline: past the cap, the farthest goes.
-                return (true, pending.count >= Self.maxOutstandingCallbacks ? pending.removeFirst() : nil)
+                return (true, pending.count >= NIOBackend.maxOutstandingCallbacks ? pending.removeFirst() : nil)
             }
             if let evicted { cancel(evicted) }
             guard needed else { return }
-            let callback = Callback(backend: self, deadline: deadline)
+            let callback = Callback(wakeUps: self, deadline: deadline)
             let scheduled: NIOScheduledCallback
             do {
                 scheduled = try eventLoop.scheduleCallback(at: NIODeadline(deadline), handler: callback)
@@ -220,65 +278,33 @@
         }
     }
 
-    @_spi(BackendImplementation) extension NIOBackend: TimerDriver {
-        /// Moves the backend's wake-up to `deadline`. Called with the scheduler's lock held, from
-        /// any thread, so it never waits for the loop: on the loop it applies the deadline at once
-        /// (scheduling a callback only when none on the loop comes at or before it: NIO takes its
-        /// task lock for a moment); off the loop it records the deadline and, unless a hop is
-        /// queued already, queues one with `execute` that applies the latest deadline there. A
-        /// loop that has shut down is never called.
-        public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-            if eventLoop.inEventLoop {
-                // Newer than any deadline recorded off the loop: the hop finds nothing to do.
-                let loopRuns = lock.withLock {
-                    wanted = nil
-                    return !loopHasShutDown
-                }
-                guard loopRuns else { throw Self.loopGone }
-                try arm(deadline)
-                return
-            }
-            let (loopRuns, hop) = lock.withLock {
-                if loopHasShutDown { return (false, false) }
-                wanted = deadline
-                defer { hopQueued = true }
-                return (true, !hopQueued)
-            }
-            guard loopRuns else { throw Self.loopGone }
-            if hop { eventLoop.execute { [weak self] in self?.applyWanted() } }
-        }
-
-        private static let loopGone = TimerError.loopFailed(
-            backend: "nio", cause: .nativeFailure(backend: "nio", call: "EventLoop: it shut down before the NIOBackend on it"))
-    }
-
     /// A callback the backend has on the loop, and NIO's handle to cancel it.
     private struct Pending {
         let callback: Callback
         let scheduled: NIOScheduledCallback
     }
 
-    /// One callback on the loop. It holds the backend weakly, so a callback still queued on the
-    /// loop never keeps a backend (and its timers' handlers) alive.
+    /// One callback on the loop. It holds the backend's wake-ups weakly, so a callback still
+    /// queued on the loop never keeps a backend (and its timers' handlers) alive.
     private final class Callback: NIOScheduledCallbackHandler, Sendable {
-        weak let backend: NIOBackend?
+        weak let wakeUps: NIOWakeUps?
         /// When NIO runs it.
         let deadline: MonotonicInstant
         /// Set before the backend cancels it: any other cancellation is the loop shutting down.
         let isCancelledByBackend = Atomic<Bool>(false)
 
-        init(backend: NIOBackend, deadline: MonotonicInstant) {
-            self.backend = backend
+        init(wakeUps: NIOWakeUps, deadline: MonotonicInstant) {
+            self.wakeUps = wakeUps
             self.deadline = deadline
         }
 
         func handleScheduledCallback(eventLoop: some EventLoop) {
-            backend?.callbackFired(self)
+            wakeUps?.callbackFired(self)
         }
 
         func didCancelScheduledCallback(eventLoop: some EventLoop) {
             guard !isCancelledByBackend.load(ordering: .acquiring) else { return }
-            backend?.loopShutDown()
+            wakeUps?.loopShutDown()
         }
     }
 

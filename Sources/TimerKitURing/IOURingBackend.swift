@@ -240,12 +240,6 @@ struct URing: @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension IOURingBackend: TimerDriver {
-    /// As the scheduler's own driver does (the loop's state, which the scheduler owns): kept
-    /// for code that drives this backend through it.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) { state.wake(at: deadline) }
-}
-
 /// What the loop thread and `wake(at:)` share, and the scheduler's driver. Kept apart from the
 /// backend so that the loop never holds the backend (a backend dropped inside one of its own
 /// handlers goes while its loop still runs), and holding no scheduler, so that the scheduler

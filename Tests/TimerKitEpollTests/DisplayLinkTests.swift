@@ -248,15 +248,6 @@ struct DisplayLinkTests {
             "the grid repeats without a re-arm: \(rearms) re-arms in \(waits) wake-ups, \(dropped) frames dropped")
     }
 
-    /// A source is still a `TimerDriver` (SPI): asked to wake, its vsync thread wakes.
-    @Test func aSourceAskedToWakeAsADriverWakesItsThread() throws {
-        let source = try DisplaySource(refreshRate: 1, priority: .normal, registry: TimerRegistry())
-        defer { source.shutdown() }
-        let before = source.wakeUps
-        try source.wake(at: MonotonicInstant.now() + .milliseconds(10))
-        #expect(waitFor { source.wakeUps > before }, "the vsync thread did not wake")
-    }
-
     /// A plain timer on a source keeps its own deadline: it is not moved to a vsync.
     @Test func aPlainTimerOnASourceKeepsItsDeadline() throws {
         let source = try DisplaySource(refreshRate: 1, priority: .normal, registry: TimerRegistry())

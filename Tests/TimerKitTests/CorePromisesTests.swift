@@ -16,16 +16,19 @@ struct CorePromisesTests {
     // MARK: Never hangs: a backend dropped while the scheduler holds it
 
     /// Promise: the release of a backend, whose `deinit` shuts its scheduler down, never runs
-    /// under the scheduler's lock, even when the strong reference a wake-up loaded is its
-    /// last (a backend written as the "Writing a backend" article says, dropped while a
-    /// reschedule sits in its `wake(at:)`). Before, its `deinit` ran under the lock and took it
-    /// again: a crash in a debug build, a deadlock in a release one.
+    /// under the scheduler's lock, even while a reschedule sits in its driver's `wake(at:)`
+    /// (a backend written as the "Writing a backend" article says). When the scheduler held
+    /// its driver weakly and the backend was that driver, the reference a wake-up loaded could
+    /// be the last, and the `deinit` ran under the lock and took it again: a crash in a debug
+    /// build, a deadlock in a release one. Now the scheduler owns a driver that is not the
+    /// backend: the backend's last release waits for the lock, and shuts down once the
+    /// wake-up has returned.
     @Test func aBackendDroppedDuringItsOwnWakeUpShutsDownOutsideTheLock() throws {
         try withWatchdog {
             let deinitDone = Locked(false)
-            var backend: HeldWakeBackend? = HeldWakeBackend(registry: registry, deinitDone: deinitDone)
-            let gate = try #require(backend?.gate)
-            let timer = try #require(try backend?.schedule(.after(.seconds(60))) { _ in })
+            let held = Locked<HeldWakeBackend?>(HeldWakeBackend(registry: registry, deinitDone: deinitDone))
+            let gate = try #require(held.current?.gate)
+            let timer = try #require(try held.current?.schedule(.after(.seconds(60))) { _ in })
             gate.hold()
             let rescheduled = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
@@ -33,9 +36,21 @@ struct CorePromisesTests {
                 rescheduled.signal()
             }
             gate.entered.wait()
-            backend = nil  // the reference the scheduler loaded for the wake-up is now the last
+            let dropped = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                do {
+                    // The backend's last reference, let go of while the wake-up holds the lock.
+                    let last = held.withLock { backend in
+                        defer { backend = nil }
+                        return backend
+                    }
+                    _ = last
+                }
+                dropped.signal()
+            }
             gate.proceed.signal()
             #expect(rescheduled.wait(timeout: .now() + 10) == .success)
+            #expect(dropped.wait(timeout: .now() + 10) == .success)
             #expect(deinitDone.current, "the backend's deinit ran, and its shutdown returned")
             #expect(timer.currentState == .cancelled && timer.endReason == .backendShutDown)
             timer.cancel()  // the scheduler's lock is free: nothing hangs
@@ -310,10 +325,9 @@ struct CorePromisesTests {
     }
 }
 
-/// A backend as the "Writing a backend" article has it (its own driver; `deinit` shuts it
-/// down), whose `wake(at:)` a test can hold up.
-private final class HeldWakeBackend: TimerBackend, @unchecked Sendable {
-    // @unchecked: `scheduler` and `gate` are immutable; `deinitDone` is a lock.
+/// A backend as the "Writing a backend" article has it (a driver of its own that the scheduler
+/// owns; `deinit` shuts it down), whose driver's `wake(at:)` a test can hold up.
+private final class HeldWakeBackend: TimerBackend, Sendable {
     let scheduler: TimerScheduler
     let gate = WakeGate()
     private let deinitDone: Locked<Bool>
@@ -321,7 +335,7 @@ private final class HeldWakeBackend: TimerBackend, @unchecked Sendable {
     init(registry: TimerRegistry, deinitDone: Locked<Bool>) {
         self.deinitDone = deinitDone
         scheduler = TimerScheduler(backendName: "held", registry: registry)
-        scheduler.attach(self)
+        scheduler.attach(owning: GatedWakeUps(gate: gate))
     }
 
     deinit {
@@ -332,7 +346,10 @@ private final class HeldWakeBackend: TimerBackend, @unchecked Sendable {
     func shutdown() { scheduler.shutdown() }
 }
 
-extension HeldWakeBackend: TimerDriver {
+/// `HeldWakeBackend`'s driver: it passes the gate, and holds neither the backend nor its scheduler.
+private final class GatedWakeUps: TimerDriver, Sendable {
+    let gate: WakeGate
+    init(gate: WakeGate) { self.gate = gate }
     func wake(at deadline: MonotonicInstant) throws(TimerError) { gate.pass() }
 }
 

@@ -34,7 +34,7 @@ struct ShutdownTests {
             let clock = VirtualClock(start: MonotonicInstant(nanoseconds: 1_000_000_000))
             let scheduler = TimerScheduler(backendName: "recording", registry: TimerRegistry(), clock: .virtual(clock))
             let driver = RecordingDriver()
-            scheduler.attach(driver)
+            scheduler.attach(owning: driver)
             let inHandler = DispatchSemaphore(value: 0)
             let fired = DispatchSemaphore(value: 0)
             // A second timer, still queued: the shutdown cancels it first, and the deinit of its

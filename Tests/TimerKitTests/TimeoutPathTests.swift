@@ -44,7 +44,7 @@ struct TimeoutPathTests {
         let scheduler = TimerScheduler(backendName: "refusing", registry: registry, clock: .virtual(clock))
         defer { scheduler.shutdown() }
         let driver = RefusingDriver()
-        scheduler.attach(driver)
+        scheduler.attach(owning: driver)
         // A name sends the timer the general way; without one, a timeout takes its own.
         #expect(throws: RefusingDriver.refusal) {
             try scheduler.schedule(.after(.seconds(1)), name: named ? "handle" : nil, tolerance: .zero, policy: .skip, target: nil) { _ in }

@@ -74,11 +74,6 @@ extension TimerBackend {
         try scheduler.limitLiveTimers(to: limit)
     }
 
-    /// Makes the jitter of this backend's timers (`TimerSchedule/every(_:firstAfter:count:jitter:)`)
-    /// repeatable: after the same seed, the same schedules draw the same delays. For tests;
-    /// each backend starts from a random seed.
-    public func seedJitter(_ seed: UInt64) { scheduler.seedJitter(seed) }
-
     /// What this backend's timers have done since it started or since `resetStatistics()`:
     /// live timers, fires, cancels, lateness and handler-time histograms, missed ticks, how
     /// busy its loop was, and the longest handler call. Kept always, in fixed memory.

@@ -59,8 +59,8 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
         if endFacts.hasCustomName { EndedNames.forget(self) }
     }
 
-    /// Unique within its registry and never reused there: a slot number in the low 32 bits
-    /// and that slot's generation in the high 32 bits.
+    /// Unique within its registry and never reused there; a timer with no name of its own is
+    /// listed under a name made from it. An identifier only: compare it, do not read its bits.
     public var id: UInt64 { scheduler.id(of: self) }
 
     /// The registered name: the caller's, or a generated `timer#<slot>` / `timer#<slot>.<generation>`.

@@ -44,7 +44,7 @@ public struct TimerSchedule: Sendable {
     /// `jitter` spreads timers that would otherwise fire together (ten thousand clients
     /// polling every 30 s): each fire is due a random time between 0 and `jitter` after its
     /// grid point, drawn afresh for every fire, so the grid itself never drifts. It must be
-    /// less than `interval`. `Tick/scheduled` is the jittered time; `TimerBackend/seedJitter(_:)`
+    /// less than `interval`. `Tick/scheduled` is the jittered time; `ManualBackend/seedJitter(_:)`
     /// makes the draws repeatable.
     public static func every(
         _ interval: Duration, firstAfter: Duration? = nil, count: Int? = nil, jitter: Duration = .zero

@@ -51,12 +51,6 @@ public final class DispatchBackend: TimerBackend, @unchecked Sendable {
     }
 }
 
-@_spi(BackendImplementation) extension DispatchBackend: TimerDriver {
-    /// As the scheduler's own driver does (`SourceWakeUps`, which the scheduler owns): kept for
-    /// code that drives this backend through it.
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) { wakeUps.wake(at: deadline) }
-}
-
 /// A Dispatch backend's driver: it moves the backend's timer source. The scheduler owns it
 /// (`attach(owning:)`; a driver held weakly costs the runtime's slow reference counting on every
 /// wake-up request) and lets it go at shutdown.

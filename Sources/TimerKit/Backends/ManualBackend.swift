@@ -82,6 +82,11 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
         set { wakeUps.lock.withLock { wakeUps.failure = newValue } }
     }
 
+    /// Makes the jitter of this backend's timers (`TimerSchedule/every(_:firstAfter:count:jitter:)`)
+    /// repeatable: after the same seed, the same schedules draw the same delays. Every backend
+    /// starts from a random seed.
+    public func seedJitter(_ seed: UInt64) { scheduler.seedJitter(seed) }
+
     /// Moves virtual time forward by `duration`, firing everything that comes due.
     /// A negative duration does nothing; a huge one saturates at the end of time.
     public func advance(by duration: Duration) {
@@ -197,12 +202,6 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
     public func shutdown() {
         scheduler.shutdown()
         executor.stop()
-    }
-}
-
-@_spi(BackendImplementation) extension ManualBackend: TimerDriver {
-    public func wake(at deadline: MonotonicInstant) throws(TimerError) {
-        try wakeUps.wake(at: deadline)
     }
 }
 

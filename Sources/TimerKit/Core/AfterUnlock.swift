@@ -1,7 +1,7 @@
 /// What a critical section of a scheduler owes once it has unlocked: user code to run (end
 /// waiters, event observers, callbacks' `timerEnded`), tasks to cancel, jobs to hand to the
 /// global executor, and references whose last release could run user code (ended timers'
-/// handlers and observers, the driver loaded under the lock, which may be the backend itself).
+/// handlers and observers, a scheduler its link let go of).
 /// Filled under the lock, run and dropped after it, as SwiftNIO's `runOneLoopTick` and tokio's
 /// `process_at_sharded_time` do: the one shape every path of the scheduler uses for it.
 ///
@@ -12,15 +12,14 @@
 /// unmanaged +1 references, so that it is trivially destroyed (a struct of optional references
 /// released each on every section's way out, nil or not, cost ~140 instructions per
 /// operation), and `run()`, which every section calls once it has unlocked, gives them back.
-/// What nearly every section carries (an ended timer's handle, an ended callback, the driver) is
+/// What nearly every section carries (an ended timer's handle, an ended callback, a release) is
 /// inline; the rest waits in `Owed`, allocated only by a section that has some.
 struct AfterUnlock: ~Copyable {
     /// The handle of a timer that ended here, whose handler is let go of after unlocking.
     private var endedHandle: Unmanaged<TimerHandle>?
-    /// A reference whose release may run a `deinit`, let go of after unlocking: the driver,
-    /// loaded strongly for a wake-up (see `loadDriver`), or a scheduler's link's reference to
-    /// it (`keep(releasing:)`). A second one waits in `Owed.released`.
-    private var loadedDriver: Unmanaged<AnyObject>?
+    /// A reference whose release may run a `deinit`, let go of after unlocking: a scheduler's
+    /// link's reference to it (`keep(releasing:)`). A second one waits in `Owed.released`.
+    private var released: Unmanaged<AnyObject>?
     /// A callback to tell that its timer has ended (and then let go of).
     private var ended: EndedCallback?
     private var rest: Unmanaged<Owed>?
@@ -69,9 +68,9 @@ struct AfterUnlock: ~Copyable {
         }
     }
 
-    /// Whether it owes anything but releasing the driver: a fire that re-armed and ended no
-    /// timer owes only that, which needs no second turn of the lock.
-    var owesMoreThanReleasingTheDriver: Bool { endedHandle != nil || rest != nil || ended != nil }
+    /// Whether it owes anything but a release (a scheduler's link's reference): a fire that
+    /// re-armed and ended no timer owes at most that, which needs no second turn of the lock.
+    var owesMoreThanARelease: Bool { endedHandle != nil || rest != nil || ended != nil }
 
     /// Keeps `handle`, whose timer has ended, until after unlocking: `run()` lets go of its
     /// handler there.
@@ -86,33 +85,17 @@ struct AfterUnlock: ~Copyable {
         if ended == nil { ended = callback } else { owed.ended.append(callback) }
     }
 
-    /// The driver, loaded strongly from `driver` once per section and held until after
-    /// unlocking: if the owner let the backend go meanwhile, its `deinit` (which shuts the
-    /// scheduler down, taking its lock) runs then.
-    mutating func loadDriver(_ driver: () -> (any TimerDriver)?) -> (any TimerDriver)? {
-        guard let loaded = driver() else { return nil }
-        // The first load's reference is the one held: the caller's copy is never the last.
-        if !isHoldingDriver {
-            isHoldingDriver = true
-            keep(releasing: loaded as AnyObject)
-        }
-        return loaded
-    }
-
-    /// Whether `loadDriver` has kept the driver.
-    private var isHoldingDriver = false
-
-    /// Keeps `object` until after unlocking, where its release may be the last (a driver that
-    /// is the backend itself, a scheduler its link let go of).
+    /// Keeps `object` until after unlocking, where its release may be the last (a scheduler its
+    /// link let go of).
     mutating func keep(releasing object: AnyObject) {
-        if loadedDriver == nil { loadedDriver = Unmanaged.passRetained(object) } else { owed.released.append(object) }
+        if released == nil { released = Unmanaged.passRetained(object) } else { owed.released.append(object) }
     }
 
     /// Runs what was owed, in order: ended callbacks told, tasks cancelled, end waiters told,
     /// events delivered, jobs handed on; then lets go of everything held.
     @inline(__always)
     consuming func run() {
-        if loadedDriver == nil && rest == nil {
+        if released == nil && rest == nil {
             // Most sections owe nothing, or (a cancel) one timer's end: its callback told, or
             // its handle's handler let go of.
             let ended = self.ended
@@ -137,7 +120,7 @@ struct AfterUnlock: ~Copyable {
             for handle in rest.handles { handle.letGoOfHandler() }
         }
         endedHandle?.takeRetainedValue().letGoOfHandler()
-        loadedDriver?.release()
+        released?.release()
         discard self
     }
 
@@ -159,6 +142,6 @@ struct AfterUnlock: ~Copyable {
         rest?.release()
         ended?.callback.release()
         endedHandle?.release()
-        loadedDriver?.release()
+        released?.release()
     }
 }

@@ -87,9 +87,9 @@ extension TimerScheduler {
         reportSlowCallsLocked()
         let jobs = takeJobsLocked()
         settleLocked(&after)
-        // With nothing owed but letting the driver go, the call ends here; otherwise it ends once
+        // With nothing owed but a release, the call ends here; otherwise it ends once
         // what it owes is done, so that `shutdown` does not return before.
-        let owesMore = failure != nil || !jobs.isEmpty || after.owesMoreThanReleasingTheDriver
+        let owesMore = failure != nil || !jobs.isEmpty || after.owesMoreThanARelease
         if !owesMore { endFiringLocked() }
         mutex.unlock()
         after.run()

@@ -481,18 +481,12 @@ extension TimerScheduler {
         armedOwnClockKeys[clock] = wanted
     }
 
-    /// Asks the driver to wake the loop at `key` (`.max`: disarms). A driver held weakly is
-    /// loaded into `after`, so that if that strong reference is the backend's last, the backend
-    /// goes after unlocking (its `deinit` shuts this scheduler down, which takes this lock); an
-    /// owned one is this scheduler's to keep, and is called as it is.
+    /// Asks the driver to wake the loop at `key` (`.max`: disarms). The driver is this
+    /// scheduler's to keep, so it is called as it is; with none attached, nothing is armed.
     func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
+        guard let ownedDriver else { return }
         let deadline = key == .max ? MonotonicInstant.distantFuture : MonotonicInstant(nanoseconds: key)
-        if let ownedDriver {
-            try ownedDriver.withBorrowed { owned throws(TimerError) in try owned.driver.wake(at: deadline) }
-        } else {
-            guard let driver = after.loadDriver({ driver }) else { return }
-            try driver.wake(at: deadline)
-        }
+        try ownedDriver.withBorrowed { owned throws(TimerError) in try owned.driver.wake(at: deadline) }
         armedKey = key
     }
 

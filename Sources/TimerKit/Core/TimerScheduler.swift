@@ -60,13 +60,9 @@ import Synchronization
     @exclusivity(unchecked) var store = TimerStore()
     /// The types of the callbacks of timers scheduled with a key, by the kind in their records.
     let callbackKinds = CallbackKinds()
-    /// Held weakly (the backend owns the scheduler, and is often the driver). Loaded only into
-    /// an `AfterUnlock`, so that the strong reference a load makes is never dropped under the
-    /// lock: if the owner let the backend go meanwhile, its `deinit`, which shuts this
-    /// scheduler down, runs after unlocking.
-    @exclusivity(unchecked) weak var driver: (any TimerDriver)?
-    /// A driver the scheduler owns (`attach(owning:)`) instead: one that holds neither its
-    /// backend nor this scheduler, so keeping it strongly makes no cycle. Held +1 in a box whose
+    /// The driver, which the scheduler owns (`attach(owning:)`): one that holds neither its
+    /// backend nor, past the shutdown, this scheduler, so keeping it strongly makes no lasting
+    /// cycle. Held +1 in a box whose
     /// `let` is borrowed for each wake-up request: no retain or release per request (a loaded
     /// optional reference costs one of each; a weak reference's target takes the runtime's slow
     /// path, its side table, about 250 instructions per request). It goes at shutdown, after
@@ -157,15 +153,6 @@ import Synchronization
         ownedDriver?.release()  // shutdown let it go already, unless it never ran
     }
 
-    /// Connects the backend's driver. The scheduler holds it weakly (the backend owns the scheduler).
-    public func attach(_ driver: any TimerDriver) {
-        mutex.withLock {
-            self.driver = driver
-            isAttached = true
-            prepareStoreLocked()
-        }
-    }
-
     /// Maps the first chunk of records and of the monotonic queue as the backend starts
     /// (nothing is written to them, so nothing of them is resident yet), so that its first
     /// schedule maps nothing under the lock: those three `mmap`s made it the longest operation
@@ -176,9 +163,10 @@ import Synchronization
         queues.monotonic.heap.mapFirstChunk()
     }
 
-    /// Connects a driver that this scheduler keeps (strongly, for as long as it lives): an
-    /// object of the backend's that holds neither the backend nor the scheduler (its wake-up
-    /// state), so that the backend itself is never referenced weakly.
+    /// Connects the backend's driver, which this scheduler keeps (strongly) until it shuts down:
+    /// an object of the backend's that holds not the backend (its wake-up state), so that the
+    /// backend itself is never referenced weakly. One that holds this scheduler makes a cycle
+    /// that the shutdown ends. Attaching another replaces it.
     public func attach(owning driver: any TimerDriver) {
         let replaced = mutex.withLock { () -> Unmanaged<OwnedDriver>? in
             let replaced = ownedDriver

@@ -95,6 +95,45 @@ struct ShutdownSeamTests {
         #expect(first.wait(timeout: .now() + .seconds(20)) == .success)
     }
 
+    /// A `shutdown()` from an end callback, on another thread than the loop, does not wait for
+    /// the shutdown it is part of, but, like any call from another thread, it waits for a
+    /// handler under way on the loop: it returns once that handler has.
+    @Test func aShutdownFromAnEndCallbackStillWaitsForAHandlerUnderWayOnTheLoop() throws {
+        let backend = ManualBackend(registry: TimerRegistry())
+        let inHandler = DispatchSemaphore(value: 0)
+        let releaseHandler = DispatchSemaphore(value: 0)
+        try backend.schedule(.after(.seconds(1))) { _ in
+            inHandler.signal()
+            _ = releaseHandler.wait(timeout: .now() + .seconds(20))
+        }
+        let nestedReturned = Locked(false)
+        try backend.schedule(
+            .after(.seconds(60)),
+            calling: WhenEnded { _ in
+                backend.shutdown()
+                nestedReturned.withLock { $0 = true }
+            })
+        let loop = DispatchSemaphore(value: 0)
+        onBackgroundThread {
+            backend.advance(by: .seconds(1))  // the loop: the handler runs here
+            loop.signal()
+        }
+        #expect(inHandler.wait(timeout: .now() + .seconds(20)) == .success)
+        let outer = DispatchSemaphore(value: 0)
+        onBackgroundThread {
+            backend.shutdown()
+            outer.signal()
+        }
+        // The timers end and the end callback runs while the handler is held.
+        #expect(waitFor(.seconds(20)) { backend.registry.count == 0 })
+        Thread.sleep(forTimeInterval: 0.2)
+        #expect(!nestedReturned.current, "the nested shutdown returned while a handler ran on the loop")
+        releaseHandler.signal()
+        #expect(outer.wait(timeout: .now() + .seconds(20)) == .success)
+        #expect(nestedReturned.current)
+        #expect(loop.wait(timeout: .now() + .seconds(20)) == .success)
+    }
+
     /// The hook between slices usually captures its scheduler: the shutdown lets go of it, or
     /// the two would keep each other alive (AddressSanitizer's leak check found the cycle).
     @Test func theShutdownLetsGoOfWhatRunsBetweenItsSlices() {

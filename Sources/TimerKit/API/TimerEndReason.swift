@@ -32,7 +32,7 @@ public enum TimerEndReason: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// How a timer ended, in a byte of its record (`TimerHandle.endCause`); the loop's error, for
+/// How a timer ended, in a byte of its record (`TimerRecord.endCause`, and a handle's `endFacts`); the loop's error, for
 /// `.shutDown`, is its scheduler's.
 enum EndCause: UInt8 {
     case live, completed, cancelled, cancelledByName, cancelledByCancelAll, targetReleased, shutDown

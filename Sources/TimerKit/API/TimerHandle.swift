@@ -63,7 +63,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// listed under a name made from it. An identifier only: compare it, do not read its bits.
     public var id: UInt64 { scheduler.id(of: self) }
 
-    /// The registered name: the caller's, or a generated `timer#<slot>` / `timer#<slot>.<generation>`.
+    /// The registered name: the caller's, or one generated from its `id` (`timer#` and a number).
     public var name: String { scheduler.name(of: self) }
 
     /// The name of the backend this timer runs on.

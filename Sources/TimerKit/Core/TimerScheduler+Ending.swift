@@ -1,4 +1,4 @@
-/// The one place a timer ends — cancelled, finished, its task's last return, shut down — and
+/// Where a timer ends — cancelled, finished, its task's last return, shut down — and
 /// what waits for that: `whenEnded`'s actions and a callback's `timerEnded`, run once it has
 /// ended, left the registry and gone idle, when its slot is given back. All under `mutex`;
 /// what is owed runs after it (`AfterUnlock`).
@@ -84,7 +84,7 @@ extension TimerScheduler {
     }
 
     /// Closes a critical section that ended a timer with no call running and owes nothing after
-    /// unlocking (no event queued, no driver loaded, nothing of the user's let go of): threads
+    /// unlocking (no event queued, nothing of the user's let go of): threads
     /// waiting for an end look again.
     @inline(__always)
     func settleOwingNothingLocked() {

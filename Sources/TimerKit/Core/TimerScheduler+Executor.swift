@@ -24,7 +24,7 @@ extension TimerScheduler: TaskExecutor {
         guard !jobs.isEmpty, isAttached else { return }
         let now = clock.now().nanoseconds
         guard armedKey > now else { return }
-        do throws(TimerError) { try wakeLocked(at: now, &after) } catch {
+        do throws(TimerError) { try wakeLocked(at: now) } catch {
             after.owed.strandedJobs.append(contentsOf: jobs)
             jobs.removeAll()
         }

@@ -27,8 +27,9 @@ extension TimerScheduler {
     /// called from that loop (then it returns at once, and the handler under way finishes
     /// after). Idempotent: a call made while another is under way returns once that one has
     /// ended every timer; one made from the code that shutdown runs (an end callback, an
-    /// `onEnd` action, a `deinit` of what a handler captured) returns at once, the timers
-    /// ended. Backends call it first in their own `shutdown()`, then stop their loop.
+    /// `onEnd` action, a `deinit` of what a handler captured) does not wait for it, the timers
+    /// ended (off the loop, it still waits for a handler under way there). Backends call it
+    /// first in their own `shutdown()`, then stop their loop.
     public func shutdown() {
         shutDown(failure: nil)
         mutex.lock()

@@ -224,7 +224,7 @@ extension TimerScheduler {
     private func wakeAndUnlock(at wanted: UInt64, forNew slot: UInt32) throws(TimerError) {
         var after = AfterUnlock()
         var failure: TimerError?
-        do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
+        do throws(TimerError) { try wakeLocked(at: wanted) } catch {
             endLocked(slot, .cancelled, because: .cancelled, into: &after)
             failure = error
         }
@@ -392,7 +392,7 @@ extension TimerScheduler {
             wanted = earliestWakeLocked(nil)
             guard wanted < armedKey, wanted < Self.horizonNanoseconds else { return }
         }
-        do throws(TimerError) { try wakeLocked(at: wanted, &after) } catch {
+        do throws(TimerError) { try wakeLocked(at: wanted) } catch {
             killEntryLocked(slot)
             throw error
         }
@@ -425,7 +425,7 @@ extension TimerScheduler {
     @inline(__always)
     func disarmIfIdleLocked(_ after: inout AfterUnlock) {
         guard queues.isEmpty else { return }
-        if armedKey != .max, jobs.isEmpty { try? wakeLocked(at: .max, &after) }
+        if armedKey != .max, jobs.isEmpty { try? wakeLocked(at: .max) }
         if armedOwnClockKeys.any { rearmOwnClocksLocked() }
     }
 
@@ -456,7 +456,7 @@ extension TimerScheduler {
         if hasOwnClockDriver { rearmOwnClocksLocked() }
         let wanted = earliestWakeLocked(readings)
         guard wanted != armedKey else { return }
-        try wakeLocked(at: wanted, &after)
+        try wakeLocked(at: wanted)
     }
 
     /// Arms the owned driver's own clocks for the continuous and wall queues' first entries,
@@ -483,7 +483,7 @@ extension TimerScheduler {
 
     /// Asks the driver to wake the loop at `key` (`.max`: disarms). The driver is this
     /// scheduler's to keep, so it is called as it is; with none attached, nothing is armed.
-    func wakeLocked(at key: UInt64, _ after: inout AfterUnlock) throws(TimerError) {
+    func wakeLocked(at key: UInt64) throws(TimerError) {
         guard let ownedDriver else { return }
         let deadline = key == .max ? MonotonicInstant.distantFuture : MonotonicInstant(nanoseconds: key)
         try ownedDriver.withBorrowed { owned throws(TimerError) in try owned.driver.wake(at: deadline) }

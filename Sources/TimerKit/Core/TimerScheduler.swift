@@ -12,15 +12,15 @@ import Synchronization
 /// ## The rule that keeps it from hanging
 ///
 /// No user code runs while `mutex` is held, and neither does the release of anything user
-/// code owns: handler closures and their captures, targets, observers, ticks, and the backend
-/// itself (the driver, loaded strongly for a wake-up). Every critical section collects what it
-/// lets go of and what it owes (end waiters, events, tasks to cancel) in an `AfterUnlock`,
-/// which runs after unlocking, as SwiftNIO's `runOneLoopTick` and tokio's
-/// `process_at_sharded_time` do. Timers need no carrying: `endLocked`, the one place a timer
-/// ends, takes everything of the user's out of it, so the last reference to an ended timer may
-/// go anywhere, and a live timer is also held by the registry. A debug build's mutex is
-/// error-checking, so a breach that re-enters the lock crashes with a message instead of
-/// hanging.
+/// code owns: handler closures and their captures, targets, observers, ticks, and the
+/// scheduler itself (its link's reference, let go of with the last live timer). Every critical
+/// section collects what it lets go of and what it owes (end waiters, events, tasks to cancel)
+/// in an `AfterUnlock`, which runs after unlocking, as SwiftNIO's `runOneLoopTick` and tokio's
+/// `process_at_sharded_time` do. Timers need no carrying: `endLocked` (and the plain cancels'
+/// inlined copy of it) takes everything of the user's out of a timer that ends, so the last
+/// reference to an ended timer may go anywhere, and a live timer is also held by the registry.
+/// A debug build's mutex is error-checking, so a breach that re-enters the lock crashes with a
+/// message instead of hanging.
 ///
 /// ## Where each part lives
 ///
@@ -60,13 +60,12 @@ import Synchronization
     @exclusivity(unchecked) var store = TimerStore()
     /// The types of the callbacks of timers scheduled with a key, by the kind in their records.
     let callbackKinds = CallbackKinds()
-    /// The driver, which the scheduler owns (`attach(owning:)`): one that holds neither its
-    /// backend nor, past the shutdown, this scheduler, so keeping it strongly makes no lasting
-    /// cycle. Held +1 in a box whose
-    /// `let` is borrowed for each wake-up request: no retain or release per request (a loaded
-    /// optional reference costs one of each; a weak reference's target takes the runtime's slow
-    /// path, its side table, about 250 instructions per request). It goes at shutdown, after
-    /// which nothing is armed, and released after unlocking.
+    /// The driver, which the scheduler owns (`attach(owning:)`): not its backend (a driver that
+    /// holds this scheduler makes a cycle, which the shutdown ends as it lets the driver go).
+    /// Held +1 in a box whose `let` is borrowed for each wake-up request: no retain or release
+    /// per request (a loaded optional reference costs one of each; a weak reference's target
+    /// takes the runtime's slow path, its side table, about 250 instructions per request). It
+    /// goes at shutdown, after which nothing is armed, and is released after unlocking.
     @exclusivity(unchecked) var ownedDriver: Unmanaged<OwnedDriver>?
     /// Whether a driver was attached (read without loading it).
     @exclusivity(unchecked) var isAttached = false

@@ -27,8 +27,6 @@ let package = Package(
         .library(name: "TimerKitURing", targets: ["TimerKitURing"]),
         // libevent's C API, for programs that make the event_base a LibeventBackend attaches to.
         .library(name: "CLibevent", targets: ["CLibevent"]),
-        // liburing's C API, for the bench's raw io_uring baseline.
-        .library(name: "CLibURing", targets: ["CLibURing"]),
         // The backend contract as checks a backend's own test target runs (Swift Testing).
         .library(name: "TimerKitConformance", targets: ["TimerKitConformance"]),
         // Trait NIO: NIOBackend, TimerKit's timers on a SwiftNIO event loop.

@@ -16,6 +16,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "CBenchSystem", path: "Sources/CBenchSystem"),
+        // liburing's C API for the raw io_uring subject (Debian: liburing-dev, found by pkg-config).
+        .systemLibrary(name: "CBenchURing", path: "Sources/CBenchURing", pkgConfig: "liburing", providers: [.apt(["liburing-dev"])]),
         // The statistics of intervals and verdicts: a target of its own so that its tests
         // need no timing.
         .target(name: "BenchStatistics", swiftSettings: [.swiftLanguageMode(.v6)]),
@@ -38,7 +40,7 @@ let package = Package(
                 .product(name: "TimerKitLibevent", package: "TimerKit"),
                 .product(name: "CLibevent", package: "TimerKit"),
                 .product(name: "TimerKitURing", package: "TimerKit"),
-                .product(name: "CLibURing", package: "TimerKit"),
+                "CBenchURing",
                 "CBenchSystem",
                 "BenchStatistics",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

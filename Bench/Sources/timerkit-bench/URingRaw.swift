@@ -1,4 +1,4 @@
-import CLibURing
+import CBenchURing
 import Foundation
 import Synchronization
 import TimerKit

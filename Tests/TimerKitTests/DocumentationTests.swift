@@ -119,18 +119,25 @@ extension DocumentationTests {
 extension DocumentationTests {
     /// The "Choosing a backend" article's fallback is the code ArticleFallbackTests runs
     /// (TimerKitURingTests), line for line up to indentation.
-    @Test func theChoosingABackendArticleShowsTheTestedFallback() throws {
-        let article = try String(
-            contentsOf: Self.root.appending(path: "Sources/TimerKit/TimerKit.docc/ChoosingABackend.md"), encoding: .utf8)
+    /// "Choosing a backend" and the TimerKitURing article show the best loop in one call as
+    /// `BestLoopTests` runs it.
+    @Test func theArticlesShowTheTestedBestLoop() throws {
         let tests = try String(contentsOf: Self.root.appending(path: "Tests/TimerKitURingTests/URingTests.swift"), encoding: .utf8)
         func lines(_ text: Substring) -> [String] {
             text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         }
-        let section = try #require(article.range(of: "## Many timers with deadlines of their own")).upperBound
-        let blockStart = try #require(article.range(of: "```swift\n", range: section..<article.endIndex)).upperBound
-        let blockEnd = try #require(article.range(of: "```", range: blockStart..<article.endIndex)).lowerBound
-        let markerStart = try #require(tests.range(of: "// article: fallback\n")).upperBound
+        let markerStart = try #require(tests.range(of: "// article: best loop\n")).upperBound
         let markerEnd = try #require(tests.range(of: "// end", range: markerStart..<tests.endIndex)).lowerBound
-        #expect(lines(article[blockStart..<blockEnd]) == lines(tests[markerStart..<markerEnd]))
+        let tested = lines(tests[markerStart..<markerEnd])
+        for (path, after) in [
+            ("Sources/TimerKit/TimerKit.docc/ChoosingABackend.md", "## Many timers with deadlines of their own"),
+            ("Sources/TimerKitURing/TimerKitURing.docc/TimerKitURing.md", "says so without making a backend."),
+        ] {
+            let article = try String(contentsOf: Self.root.appending(path: path), encoding: .utf8)
+            let section = try #require(article.range(of: after)).upperBound
+            let blockStart = try #require(article.range(of: "```swift\n", range: section..<article.endIndex)).upperBound
+            let blockEnd = try #require(article.range(of: "```", range: blockStart..<article.endIndex)).lowerBound
+            #expect(lines(article[blockStart..<blockEnd]) == tested, "\(path)")
+        }
     }
 }

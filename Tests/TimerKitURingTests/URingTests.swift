@@ -238,39 +238,79 @@ struct URingUnavailableTests {
     }
 }
 
-/// The fallback the "Choosing a backend" article shows (the code between the markers is the
-/// article's: DocumentationTests compares them), on this machine and on machines without
-/// io_uring and without `epoll_pwait2`, simulated in a child process (the hooks are
-/// process-wide).
-@Suite("The article's fallback")
-struct ArticleFallbackTests {
-    static func choose() throws -> any TimerBackend {
-        // article: fallback
-        let backend: any TimerBackend =
-            IOURingBackend.unavailableReason == nil
-            ? try IOURingBackend()
-            : try EpollBackend(options: .init(waitMode: EpollBackend.supportsEpollPwait2 ? .epollPwait2 : .timerfd))
+/// The best loop in one call, as the "Choosing a backend" article shows it (the code between
+/// the markers is the article's: DocumentationTests compares them), on this machine and on
+/// machines without io_uring and without `epoll_pwait2`, simulated in a child process (the
+/// hooks are process-wide).
+@Suite("The best loop in one call")
+struct BestLoopTests {
+    static func choose() throws -> BestLoop {
+        // article: best loop
+        let best = try BestLoop.make()
+        for skipped in best.passedOver {
+            print("TimerKit: not \(skipped.kind): \(skipped.reason)")
+        }
+        let backend = best.backend  // IOURingBackend or EpollBackend
         // end
-        return backend
+        _ = backend
+        return best
     }
 
-    @Test func itTakesIOURingThenEpollPwait2ThenTheTimerfd() async {
+    @Test func itTakesIOURingThenEpollPwait2ThenTheTimerfdAndSaysWhy() async {
         await #expect(processExitsWith: .success) {
-            func mode(_ backend: any TimerBackend) -> String {
-                defer { backend.shutdown() }
-                if backend is IOURingBackend { return "uring" }
-                return (backend as? EpollBackend).map { "\($0.waitMode)" } ?? "other"
+            func kind(of best: BestLoop) -> String {
+                defer { best.backend.shutdown() }
+                switch best.backend {
+                case is IOURingBackend: return best.kind == .ioURing ? "io_uring" : "mislabelled"
+                case let epoll as EpollBackend:
+                    let matches = (epoll.waitMode == .epollPwait2) == (best.kind == .epollPwait2) && best.kind != .ioURing
+                    return matches ? "\(epoll.waitMode)" : "mislabelled"
+                default: return "other"
+                }
             }
             let pwait2 = EpollBackend.supportsEpollPwait2 ? "epoll_pwait2" : "timerfd"
-            guard let here = try? mode(Self.choose()), here == (IOURingBackend.unavailableReason == nil ? "uring" : pwait2) else {
-                exit(2)
-            }
+            // Here: the best this machine has, passing over only what cannot run.
+            guard let here = try? Self.choose() else { exit(2) }
+            let uringHere = IOURingBackend.unavailableReason == nil
+            guard here.passedOver.map(\.kind) == (uringHere ? [] : [.ioURing]) + (uringHere || EpollBackend.supportsEpollPwait2 ? [] : [.epollPwait2]),
+                kind(of: here) == (uringHere ? "io_uring" : pwait2)
+            else { exit(3) }
+            // No io_uring: epoll_pwait2 (where the kernel has it), and io_uring's reason.
             IOURingBackend.simulatedSetupErrno.store(ENOSYS, ordering: .relaxed)
-            guard let noURing = try? mode(Self.choose()), noURing == pwait2 else { exit(3) }
+            guard let noURing = try? Self.choose(), kind(of: noURing) == pwait2,
+                noURing.passedOver.first?.kind == .ioURing,
+                noURing.passedOver.first?.reason.contains("errno \(ENOSYS)") == true
+            else { exit(4) }
+            // Neither: the timerfd, and both reasons, best first.
             EpollBackend.simulatedPwait2Errno.store(ENOSYS, ordering: .relaxed)
-            guard let neither = try? mode(Self.choose()), neither == "timerfd" else { exit(4) }
+            guard let neither = try? Self.choose(), kind(of: neither) == "timerfd", neither.kind == .epollTimerfd,
+                neither.passedOver.map(\.kind) == [.ioURing, .epollPwait2],
+                neither.passedOver.allSatisfy({ $0.reason.contains("errno \(ENOSYS)") })
+            else { exit(5) }
             exit(0)
         }
+    }
+
+    /// A failure other than "cannot run here" is thrown, not hidden behind a weaker loop.
+    @Test func aBadOptionIsThrownNotPassedOver() {
+        #expect(throws: TimerError.invalidOption(name: "nice", value: "40", allowed: "-20...19")) {
+            try BestLoop.make(priority: .nice(40))
+        }
+    }
+
+    /// The options reach the loop it takes.
+    @Test func itsThreadHasTheNameAndRegistryAsked() throws {
+        let registry = TimerRegistry()
+        let best = try BestLoop.make(threadName: "best-loop", registry: registry)
+        defer { best.backend.shutdown() }
+        #expect(best.backend.registry === registry)
+        let threadID: Int32 = switch best.backend {
+        case let uring as IOURingBackend: uring.loopThreadID
+        case let epoll as EpollBackend: epoll.loopThreadID
+        default: -1
+        }
+        let comm = try String(contentsOfFile: "/proc/self/task/\(threadID)/comm", encoding: .utf8)
+        #expect(comm.trimmingCharacters(in: .whitespacesAndNewlines) == "best-loop")
     }
 }
 

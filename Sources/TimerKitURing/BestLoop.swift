@@ -54,23 +54,25 @@ public struct BestLoop: Sendable {
         registry: TimerRegistry = .shared
     ) throws(TimerError) -> BestLoop {
         var passedOver: [PassedOver] = []
+        // The backend `make` makes, or nil if it cannot run here (its reason kept).
+        func attempt(_ kind: Kind, _ make: () throws(TimerError) -> any TimerBackend) throws(TimerError) -> BestLoop? {
+            do {
+                return BestLoop(backend: try make(), kind: kind, passedOver: passedOver)
+            } catch {
+                guard case .unavailable(_, let reason) = error else { throw error }
+                passedOver.append(PassedOver(kind: kind, reason: reason))
+                return nil
+            }
+        }
         var uringOptions = IOURingBackend.Options(priority: priority, timerSlack: timerSlack)
         if let threadName { uringOptions.threadName = threadName }
-        do {
-            let backend = try IOURingBackend(options: uringOptions, registry: registry)
-            return BestLoop(backend: backend, kind: .ioURing, passedOver: passedOver)
-        } catch {
-            guard case .unavailable(_, let reason) = error else { throw error }
-            passedOver.append(PassedOver(kind: .ioURing, reason: reason))
+        if let best = try attempt(.ioURing, { () throws(TimerError) in try IOURingBackend(options: uringOptions, registry: registry) }) {
+            return best
         }
         var epollOptions = EpollBackend.Options(priority: priority, timerSlack: timerSlack, waitMode: .epollPwait2)
         if let threadName { epollOptions.threadName = threadName }
-        do {
-            let backend = try EpollBackend(options: epollOptions, registry: registry)
-            return BestLoop(backend: backend, kind: .epollPwait2, passedOver: passedOver)
-        } catch {
-            guard case .unavailable(_, let reason) = error else { throw error }
-            passedOver.append(PassedOver(kind: .epollPwait2, reason: reason))
+        if let best = try attempt(.epollPwait2, { () throws(TimerError) in try EpollBackend(options: epollOptions, registry: registry) }) {
+            return best
         }
         epollOptions.waitMode = .timerfd
         let backend = try EpollBackend(options: epollOptions, registry: registry)

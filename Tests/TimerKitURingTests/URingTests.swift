@@ -272,7 +272,9 @@ struct BestLoopTests {
             // Here: the best this machine has, passing over only what cannot run.
             guard let here = try? Self.choose() else { exit(2) }
             let uringHere = IOURingBackend.unavailableReason == nil
-            guard here.passedOver.map(\.kind) == (uringHere ? [] : [.ioURing]) + (uringHere || EpollBackend.supportsEpollPwait2 ? [] : [.epollPwait2]),
+            guard
+                here.passedOver.map(\.kind) == (uringHere ? [] : [.ioURing])
+                    + (uringHere || EpollBackend.supportsEpollPwait2 ? [] : [.epollPwait2]),
                 kind(of: here) == (uringHere ? "io_uring" : pwait2)
             else { exit(3) }
             // No io_uring: epoll_pwait2 (where the kernel has it), and io_uring's reason.
@@ -304,11 +306,12 @@ struct BestLoopTests {
         let best = try BestLoop.make(threadName: "best-loop", registry: registry)
         defer { best.backend.shutdown() }
         #expect(best.backend.registry === registry)
-        let threadID: Int32 = switch best.backend {
-        case let uring as IOURingBackend: uring.loopThreadID
-        case let epoll as EpollBackend: epoll.loopThreadID
-        default: -1
-        }
+        let threadID: Int32 =
+            switch best.backend {
+            case let uring as IOURingBackend: uring.loopThreadID
+            case let epoll as EpollBackend: epoll.loopThreadID
+            default: -1
+            }
         let comm = try String(contentsOfFile: "/proc/self/task/\(threadID)/comm", encoding: .utf8)
         #expect(comm.trimmingCharacters(in: .whitespacesAndNewlines) == "best-loop")
     }

@@ -189,10 +189,10 @@ struct RegistryTests {
         let backend = ManualBackend(registry: registry)
         defer { backend.shutdown() }
         let first = try backend.schedule(.after(.seconds(60))) { _ in }
-        let before = backend.scheduler.recordAddress(of: first)
+        let before = backend.scheduler.recordAddress(of: first.key)
         let more = try (0..<(3 * RecordChunk.size)).map { _ in try backend.schedule(.after(.seconds(60))) { _ in } }
         #expect(backend.scheduler.storeChunkCount == 4)
-        #expect(backend.scheduler.recordAddress(of: first) == before)
+        #expect(backend.scheduler.recordAddress(of: first.key) == before)
         withExtendedLifetime(more) {}
     }
 

@@ -217,7 +217,7 @@ struct EndedTests {
         defer { clock.shutdown() }
         let timer = try clock.schedule(.every(.seconds(1))) { _ in }
         let waiting = Task { try await timer.ended }
-        @Sendable func waiters() -> Int { timer.scheduler.endWaiterCount(of: timer) }
+        @Sendable func waiters() -> Int { timer.scheduler.endWaiterCount(of: timer.key) }
         #expect(await waitForAsync { waiters() == 1 })
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }

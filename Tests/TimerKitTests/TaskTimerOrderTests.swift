@@ -21,7 +21,7 @@ struct TaskTimerOrderTests {
                 TimerObserver(didFire: { tick, _ in
                     // Still inside the call; the task runs on the test executor's own thread.
                     #expect(waitFor(.seconds(10)) { tick.timer.currentState == .finished })
-                    manual.scheduler.whenEnded(tick.timer) { ended.signal() }
+                    manual.scheduler.whenEnded(tick.timer.key) { ended.signal() }
                 }))
             manual.advance(by: .milliseconds(1))
             #expect(ended.wait(timeout: .now() + 10) == .success)

@@ -50,7 +50,7 @@ public struct TimerClock: Clock {
         // The sleep ends when its timer does, once the timer has left the registry: fired, or
         // ended without firing (cancelled by name, its backend shut down), which says why.
         let scheduler = timer.scheduler
-        scheduler.whenEnded(timer) {
+        scheduler.whenEnded(timer.key) {
             wake.resolve(fired.isSet ? .success(()) : .failure(scheduler.shutDownError ?? CancellationError()))
         }
         try await wake.wait { timer.cancel() }

@@ -54,14 +54,6 @@ enum EndCause: UInt8 {
     /// The reason it stands for; nil while the timer is live. `loopFailure` is the
     /// scheduler's, for `.shutDown`.
     func reason(loopFailure: TimerError?) -> TimerEndReason? {
-        switch self {
-        case .live: nil
-        case .completed: .completed
-        case .cancelled: .cancelled
-        case .cancelledByName: .cancelledByName
-        case .cancelledByCancelAll: .cancelledByCancelAll
-        case .targetReleased: .targetReleased
-        case .shutDown: loopFailure.map { .loopFailed($0) } ?? .backendShutDown
-        }
+        self == .live ? nil : endedReason(loopFailure: loopFailure)
     }
 }

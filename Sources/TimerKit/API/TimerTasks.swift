@@ -53,11 +53,11 @@ extension TimerBackend {
             tick in
             let run: @Sendable () async -> Void = {
                 await operation(tick)
-                scheduler.taskReturned(tick.timer)
+                scheduler.taskReturned(tick.timer.key)
             }
             let executor = executorPreference ?? scheduler.taskExecutor
             let task = executor.map { Task(executorPreference: $0, operation: run) } ?? Task(operation: run)
-            scheduler.taskStarted(tick.timer, task)
+            scheduler.taskStarted(tick.timer.key, task)
         }
     }
 }
@@ -73,11 +73,11 @@ extension TimerHandle {
     public var ended: TimerEndReason {
         get async throws(CancellationError) {
             let end = OnceContinuation<Void>()
-            let token = scheduler.whenEnded(self) { end.resolve() }
+            let token = scheduler.whenEnded(key) { end.resolve() }
             do {
                 try await end.wait()
             } catch {
-                if let token { scheduler.removeEndWaiter(token, of: self) }
+                if let token { scheduler.removeEndWaiter(token, of: key) }
                 throw CancellationError()
             }
             // Set when it ended, before the wait could finish.

@@ -115,7 +115,7 @@ private final class TickStream: @unchecked Sendable {
 
     func start(_ timer: TimerHandle) {
         self.timer = timer
-        timer.scheduler.whenEnded(timer) { [weak self] in self?.finish() }
+        timer.scheduler.whenEnded(timer.key) { [weak self] in self?.finish() }
     }
 
     /// The first iterator gets the stream; later ones end at once.

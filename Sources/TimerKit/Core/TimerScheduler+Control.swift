@@ -7,31 +7,44 @@ import Glibc
 extension TimerScheduler {
     // MARK: Finding a timer's record
 
-    /// The record of the timer `handle` stands for while it has not ended; nil once it has.
-    @inline(__always)
-    func recordLocked(_ handle: TimerHandle) -> UnsafeMutablePointer<TimerRecord>? {
-        guard !handle.endFacts.hasEnded else { return nil }
-        let record = store[handle.slot]
-        return record.pointee.generation == handle.generation ? record : nil
-    }
-
-    /// The record of the timer `handle` stands for until its slot is given back: while it is
-    /// live, and after its end while a call or task of it still runs.
-    func liveOrBusyRecordLocked(_ handle: TimerHandle) -> UnsafeMutablePointer<TimerRecord>? {
-        let record = store[handle.slot]
-        return record.pointee.generation == handle.generation && record.pointee.owner != nil ? record : nil
-    }
-
     /// The record of the live timer `key` names; nil once it has ended.
     /// - Throws: `TimerError.invalidOption` for a key of another backend.
     @inline(__always)
     func recordLocked(_ key: TimerKey) throws(TimerError) -> UnsafeMutablePointer<TimerRecord>? {
-        guard key.scheduler == serial, Int(key.slot) &>> RecordChunk.shift < store.chunks.count else {
+        guard isOwnLocked(key) else {
             throw .invalidOption(name: "key", value: "\(key)", allowed: "a key the \(backendName) backend returned")
         }
+        return ownRecordIfLiveLocked(key)
+    }
+
+    /// The record of the live timer `key` names; nil once it has ended, and for a key of another
+    /// backend.
+    @inline(__always)
+    func liveRecordLocked(_ key: TimerKey) -> UnsafeMutablePointer<TimerRecord>? {
+        isOwnLocked(key) ? ownRecordIfLiveLocked(key) : nil
+    }
+
+    @inline(__always)
+    private func ownRecordIfLiveLocked(_ key: TimerKey) -> UnsafeMutablePointer<TimerRecord>? {
+        // No owner test: a key names a slot its scheduler handed out at the key's generation,
+        // which moves on when the slot is freed, and a live timer has its owner.
         let record = store[key.slot]
-        guard record.pointee.generation == key.generation, record.pointee.owner != nil, !record.pointee.state.hasEnded else { return nil }
+        guard record.pointee.generation == key.generation, !record.pointee.state.hasEnded else { return nil }
         return record
+    }
+
+    /// Whether `key` is one of this scheduler's. A key of this scheduler names a slot of its
+    /// store: the key was made for a timer there, and a store keeps its chunks for its life.
+    @inline(__always)
+    func isOwnLocked(_ key: TimerKey) -> Bool { key.scheduler == serial }
+
+    /// The record of the timer `key` names until its slot is given back: while it is live, and
+    /// after its end while a call or task of it still runs; nil after that, and for a key of
+    /// another scheduler.
+    func liveOrBusyRecordLocked(_ key: TimerKey) -> UnsafeMutablePointer<TimerRecord>? {
+        guard isOwnLocked(key) else { return nil }
+        let record = store[key.slot]
+        return record.pointee.generation == key.generation && record.pointee.owner != nil ? record : nil
     }
 
     /// The name of the timer in `slot`: the caller's, or one made from its id.
@@ -41,74 +54,67 @@ extension TimerScheduler {
         return TimerRegistry.generatedName(store.id(of: slot, generation: generation))
     }
 
-    func nameLocked(_ handle: TimerHandle) -> String {
-        if handle.endFacts.hasEnded {
-            return handle.endFacts.hasCustomName
-                ? EndedNames.name(of: handle) ?? TimerRegistry.generatedName(store.id(of: handle.slot, generation: handle.generation))
-                : TimerRegistry.generatedName(store.id(of: handle.slot, generation: handle.generation))
-        }
-        return nameLocked(handle.slot, generation: handle.generation)
-    }
-
     /// What a call through the key of an ended timer throws: the key, the value that was wrong.
     /// (Its slot may hold another timer by now, so it names nothing more: the timer's name and
-    /// end went to its callback.)
-    func endedErrorLocked(_ key: TimerKey) -> TimerError { .keyEnded(key) }
-
-    func endedErrorLocked(_ handle: TimerHandle) -> TimerError {
-        .timerEnded(name: nameLocked(handle), state: handle.endFacts.hasEnded ? handle.endFacts.state : .cancelled)
-    }
+    /// end went to its callback.) The operations below take it as `endedError`, made under the
+    /// lock; a handle passes its own, which names the timer and its end (`TimerHandle`).
+    static func keyEnded(_ key: TimerKey) -> TimerError { .keyEnded(key) }
 
     // MARK: Reading
 
-    func id(of handle: TimerHandle) -> UInt64 { mutex.withLock { store.id(of: handle.slot, generation: handle.generation) } }
-    func name(of handle: TimerHandle) -> String { mutex.withLock { nameLocked(handle) } }
-
-    func state(of handle: TimerHandle) -> TimerState {
-        mutex.withLock { recordLocked(handle)?.pointee.state ?? handle.endFacts.state }
-    }
-
-    func fireCount(of handle: TimerHandle) -> Int {
-        mutex.withLock { recordLocked(handle)?.pointee.fires ?? handle.endFacts.fires }
-    }
-
-    func endReason(of handle: TimerHandle) -> TimerEndReason? {
-        mutex.withLock { handle.endFacts.hasEnded ? endReasonLocked(handle.endFacts.cause) : nil }
-    }
+    /// The timer's id (see `TimerHandle.id`), made from its key.
+    func id(of key: TimerKey) -> UInt64 { mutex.withLock { store.id(of: key.slot, generation: key.generation) } }
 
     func isActive(_ key: TimerKey) -> Bool {
-        mutex.withLock { ((try? recordLocked(key)) ?? nil) != nil }
+        mutex.withLock { liveRecordLocked(key) != nil }
     }
 
     // MARK: Cancelling
 
-    func cancel(_ handle: TimerHandle, because cause: EndCause) {
+    /// Ends the timer `key` names, if it is live: a caller's cancel. Nothing happens for an ended
+    /// timer, nor for another scheduler's.
+    func cancel(_ key: TimerKey) { cancelInline(key, because: .cancelled) }
+
+    /// `cancel(_:)` for another cause: a target found released. Out of line: the fire path
+    /// calls it only for a target gone.
+    @inline(never)
+    func cancel(_ key: TimerKey, because cause: EndCause) { cancelInline(key, because: cause) }
+
+    @inline(__always)
+    private func cancelInline(_ key: TimerKey, because cause: EndCause) {
         // Explicit lock and unlock, not `locked`: the cancel path allocates nothing.
         mutex.lock()
-        guard let record = recordLocked(handle) else {
+        guard let record = liveRecordLocked(key) else {
             // Nothing changed: nothing to settle.
             mutex.unlock()
             return
         }
-        guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind == 0,
-            let owner = record.pointee.owner.take()
-        else {
+        guard record.pointee.extras == nil, record.pointee.activeCalls == 0, let owner = record.pointee.owner.take() else {
             var after = AfterUnlock()
-            endInlineLocked(handle.slot, .cancelled, because: cause, into: &after)
+            endInlineLocked(key.slot, .cancelled, because: cause, into: &after)
             settleLocked(&after)
             mutex.unlock()
             after.run()
             return
         }
-        // A plain timer (no name, observer, target, task or count; no call running) ends here
-        // in full, as `endInlineLocked` would end it, without the tests for what it does not
-        // have: the record's reference to the handle moves out (no retain), and the handler
-        // is let go of after unlocking.
-        markEndedLeavingDriverLocked(handle.slot, record, .cancelled, because: cause)
-        handle.endFacts = EndFacts(fires: record.pointee.fires, state: .cancelled, cause: cause, hasCustomName: false)
-        store.free(handle.slot)
-        unlockAfterPlainEnd()
-        unsafeDowncast(owner, to: TimerHandle.self).letGoOfHandler()
+        // A plain timer (no name, observer, target, task or count; no call running) — what a
+        // server keeps by the million — ends here in full, as `endInlineLocked` would end it,
+        // without the tests and the carrier's slot for what it does not have: the record's
+        // reference to its owner moves out (no retain). After unlocking, a callback hears the
+        // end and is let go of; a handle lets go of its handler.
+        markEndedLeavingDriverLocked(key.slot, record, .cancelled, because: cause)
+        let kind = record.pointee.callbackKind
+        let fires = record.pointee.fires
+        store.free(key.slot)
+        if kind == 0 {
+            let handle = unsafeDowncast(owner, to: TimerHandle.self)
+            handle.endFacts = EndFacts(fires: fires, state: .cancelled, cause: cause, hasCustomName: false)
+            unlockAfterPlainEnd()
+            handle.letGoOfHandler()
+        } else {
+            unlockAfterPlainEnd()
+            callbackKinds.ended(owner, kind: kind, key, reason: cause.endedReason(loopFailure: nil), fires: fires)
+        }
     }
 
     /// Ends the critical section of a plain timer's cancel (`markEndedLeavingDriverLocked`):
@@ -129,41 +135,11 @@ extension TimerScheduler {
         }
     }
 
-    func cancel(_ key: TimerKey) {
-        mutex.lock()
-        guard let record = (try? recordLocked(key)) ?? nil else {
-            // Nothing changed: nothing to settle.
-            mutex.unlock()
-            return
-        }
-        guard record.pointee.extras == nil, record.pointee.activeCalls == 0, record.pointee.callbackKind != 0,
-            let callback = record.pointee.owner.take()
-        else {
-            var after = AfterUnlock()
-            endInlineLocked(key.slot, .cancelled, because: .cancelled, into: &after)
-            settleLocked(&after)
-            mutex.unlock()
-            after.run()
-            return
-        }
-        // A plain timer with a callback (no name, observer, task, count or handle; no call
-        // running) — what a server keeps by the million — ends here in full, as
-        // `endInlineLocked` would end it, without the tests and the carrier's slot for what
-        // it does not have: the record's reference to the callback moves out (no retain),
-        // and the callback hears the end, and is let go of, after unlocking.
-        markEndedLeavingDriverLocked(key.slot, record, .cancelled, because: .cancelled)
-        let kind = record.pointee.callbackKind
-        let fires = record.pointee.fires
-        store.free(key.slot)
-        unlockAfterPlainEnd()
-        callbackKinds.ended(callback, kind: kind, key, reason: .cancelled, fires: fires)
-    }
-
     /// The debouncer or throttler that `timer` belongs to, and whether the timer is live; a
     /// strong reference to the helper made here is dropped by the caller, outside the lock.
-    func helper(of timer: TimerHandle) -> (helper: AnyObject?, isLive: Bool) {
+    func helper(of timer: TimerKey) -> (helper: AnyObject?, isLive: Bool) {
         mutex.withLock {
-            guard let record = recordLocked(timer) else { return (nil, false) }
+            guard let record = liveRecordLocked(timer) else { return (nil, false) }
             return (record.pointee.extras?.helper, true)
         }
     }
@@ -172,7 +148,7 @@ extension TimerScheduler {
 
     /// Returns once no call of `timer`'s handler is running, or at once when the caller is
     /// the thread running it (a handler waiting for itself would never return).
-    func waitUntilIdle(_ timer: TimerHandle) {
+    func waitUntilIdle(_ timer: TimerKey) {
         mutex.lock()
         while let record = liveOrBusyRecordLocked(timer), record.pointee.activeCalls > 0, !isFiringThreadLocked { waitLocked() }
         mutex.unlock()
@@ -188,16 +164,9 @@ extension TimerScheduler {
 
     // MARK: Suspending, resuming, rescheduling
 
-    func suspend(_ handle: TimerHandle) throws(TimerError) {
+    func suspend(_ key: TimerKey, endedError: (TimerKey) -> TimerError = keyEnded) throws(TimerError) {
         try locked { (after: inout AfterUnlock) throws(TimerError) in
-            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
-            suspendLocked(handle.slot, &after)
-        }
-    }
-
-    func suspend(_ key: TimerKey) throws(TimerError) {
-        try locked { (after: inout AfterUnlock) throws(TimerError) in
-            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
+            guard try recordLocked(key) != nil else { throw endedError(key) }
             suspendLocked(key.slot, &after)
         }
     }
@@ -209,16 +178,9 @@ extension TimerScheduler {
         retireLocked(slot, &after)
     }
 
-    func resume(_ handle: TimerHandle) throws(TimerError) {
+    func resume(_ key: TimerKey, endedError: (TimerKey) -> TimerError = keyEnded) throws(TimerError) {
         try locked { (after: inout AfterUnlock) throws(TimerError) in
-            guard recordLocked(handle) != nil else { throw endedErrorLocked(handle) }
-            try resumeLocked(handle.slot, &after)
-        }
-    }
-
-    func resume(_ key: TimerKey) throws(TimerError) {
-        try locked { (after: inout AfterUnlock) throws(TimerError) in
-            guard try recordLocked(key) != nil else { throw endedErrorLocked(key) }
+            guard try recordLocked(key) != nil else { throw endedError(key) }
             try resumeLocked(key.slot, &after)
         }
     }
@@ -237,65 +199,39 @@ extension TimerScheduler {
         }
     }
 
-    func reschedule(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
-        // A timeout moved on (an idle timeout on every read) resolves to its deadline alone.
-        guard let deadline = timeoutDeadline(schedule) else { return try rescheduleInFull(handle, schedule) }
-        mutex.lock()
-        let record = recordLocked(handle)
-        if let record, !isShutDown, movedLaterInPlaceLocked(record, timeoutAt: deadline) {
-            // Moved later where it waits: the section owes nothing.
-            mutex.unlock()
-            return
-        }
-        try rescheduleAndUnlock(handle, record, timeoutAt: deadline)
-    }
-
-    /// As `rescheduleAndUnlock(_:timeoutAt:)`, for `handle`'s timer (`record`: nil once ended).
-    @inline(never)
-    private func rescheduleAndUnlock(
-        _ handle: TimerHandle, _ record: UnsafeMutablePointer<TimerRecord>?, timeoutAt deadline: UInt64
-    ) throws(TimerError) {
-        try rescheduleInFullAndUnlock(record, handle.slot, .timeout(at: deadline), calendar: nil, endedError: endedErrorLocked(handle))
-    }
-
-    /// `reschedule(_:_:)` with any schedule. Out of line, so that a timeout's stays short.
-    @inline(never)
-    private func rescheduleInFull(_ handle: TimerHandle, _ schedule: TimerSchedule) throws(TimerError) {
-        let resolved = try resolveNow(schedule)
-        mutex.lock()
-        let record = recordLocked(handle)
-        if let record, !isShutDown, movedLaterInPlaceLocked(record, resolved, calendar: schedule.calendarRule) {
-            mutex.unlock()
-            return
-        }
-        try rescheduleInFullAndUnlock(record, handle.slot, resolved, calendar: schedule.calendarRule, endedError: endedErrorLocked(handle))
-    }
-
     func reschedule(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
-        guard let deadline = timeoutDeadline(schedule) else { return try rescheduleInFull(key, schedule) }
+        try reschedule(key, schedule, endedError: Self.keyEnded)
+    }
+
+    /// Inlined into a key's reschedule and a handle's, each with its `endedError`.
+    @inline(__always)
+    func reschedule(_ key: TimerKey, _ schedule: TimerSchedule, endedError: (TimerKey) -> TimerError) throws(TimerError) {
+        guard let deadline = timeoutDeadline(schedule) else { return try rescheduleInFull(key, schedule, endedError: endedError) }
         mutex.lock()
-        if let record = (try? recordLocked(key)) ?? nil, !isShutDown, movedLaterInPlaceLocked(record, timeoutAt: deadline) {
+        if let record = liveRecordLocked(key), !isShutDown, movedLaterInPlaceLocked(record, timeoutAt: deadline) {
             mutex.unlock()
             return
         }
-        try rescheduleAndUnlock(key, timeoutAt: deadline)
+        try rescheduleAndUnlock(key, timeoutAt: deadline, endedError: endedError)
     }
 
     /// The rest of a timeout's reschedule, entered with the lock held, where the timer did not
     /// move later in place: ended, foreign, moved earlier or not plain. Out of line, with the
     /// errors it may throw.
     @inline(never)
-    private func rescheduleAndUnlock(_ key: TimerKey, timeoutAt deadline: UInt64) throws(TimerError) {
+    private func rescheduleAndUnlock(
+        _ key: TimerKey, timeoutAt deadline: UInt64, endedError: (TimerKey) -> TimerError
+    ) throws(TimerError) {
         let record: UnsafeMutablePointer<TimerRecord>?
         do throws(TimerError) { record = try recordLocked(key) } catch {
             mutex.unlock()
             throw error
         }
-        try rescheduleInFullAndUnlock(record, key.slot, .timeout(at: deadline), calendar: nil, endedError: endedErrorLocked(key))
+        try rescheduleInFullAndUnlock(record, key, .timeout(at: deadline), calendar: nil, endedError: endedError)
     }
 
     @inline(never)
-    private func rescheduleInFull(_ key: TimerKey, _ schedule: TimerSchedule) throws(TimerError) {
+    private func rescheduleInFull(_ key: TimerKey, _ schedule: TimerSchedule, endedError: (TimerKey) -> TimerError) throws(TimerError) {
         let resolved = try resolveNow(schedule)
         mutex.lock()
         let record: UnsafeMutablePointer<TimerRecord>?
@@ -307,7 +243,7 @@ extension TimerScheduler {
             mutex.unlock()
             return
         }
-        try rescheduleInFullAndUnlock(record, key.slot, resolved, calendar: schedule.calendarRule, endedError: endedErrorLocked(key))
+        try rescheduleInFullAndUnlock(record, key, resolved, calendar: schedule.calendarRule, endedError: endedError)
     }
 
     /// `movedLaterInPlaceLocked` for a timeout due at `deadline` (`timeoutDeadline`), which
@@ -330,15 +266,15 @@ extension TimerScheduler {
     /// of this scheduler if it must.
     @inline(never)
     private func rescheduleInFullAndUnlock(
-        _ record: UnsafeMutablePointer<TimerRecord>?, _ slot: UInt32, _ resolved: TimerSchedule.Resolved,
-        calendar calendarRule: CalendarRule?, endedError: @autoclosure () -> TimerError
+        _ record: UnsafeMutablePointer<TimerRecord>?, _ key: TimerKey, _ resolved: TimerSchedule.Resolved,
+        calendar calendarRule: CalendarRule?, endedError: (TimerKey) -> TimerError
     ) throws(TimerError) {
         var after = AfterUnlock()
         let watch: Bool
         do throws(TimerError) {
-            guard record != nil else { throw endedError() }
+            guard record != nil else { throw endedError(key) }
             if isShutDown { throw shutDownErrorLocked() }
-            watch = try rescheduleInFullLocked(slot, resolved, calendar: calendarRule, &after)
+            watch = try rescheduleInFullLocked(key.slot, resolved, calendar: calendarRule, &after)
         } catch {
             unlock(running: consume after)
             throw error
@@ -415,9 +351,9 @@ extension TimerScheduler {
         return true
     }
 
-    func addObserver(_ observer: TimerObserver, to timer: TimerHandle) throws(TimerError) {
+    func addObserver(_ observer: TimerObserver, to timer: TimerKey, endedError: (TimerKey) -> TimerError) throws(TimerError) {
         try mutex.withLock { () throws(TimerError) in
-            guard let record = recordLocked(timer) else { throw endedErrorLocked(timer) }
+            guard let record = try recordLocked(timer) else { throw endedError(timer) }
             let extras = record.pointee.extras ?? TimerExtras()
             extras.observers.append(observer)
             record.pointee.extras = extras

@@ -29,11 +29,9 @@ extension TimerScheduler {
         if record.pointee.callbackKind == 0, let handle = record.pointee.owner {
             let handle = unsafeDowncast(handle, to: TimerHandle.self)
             after.keep(endedHandle: handle)
-            handle.endFacts = EndFacts(fires: record.pointee.fires, state: state, cause: cause, hasCustomName: extras?.name != nil)
-            if let name = extras?.name { EndedNames.remember(name, for: handle) }
+            handle.learnEnd(of: record, name: extras?.name)
         } else if let handle = extras?.handle {
-            handle.endFacts = EndFacts(fires: record.pointee.fires, state: state, cause: cause, hasCustomName: extras?.name != nil)
-            if let name = extras?.name { EndedNames.remember(name, for: handle) }
+            handle.learnEnd(of: record, name: extras?.name)
         }
         if let extras {
             if !extras.observers.isEmpty {
@@ -116,19 +114,11 @@ extension TimerScheduler {
         }
         // Its handle's final count: a last call whose target had gone was taken back.
         if record.pointee.callbackKind == 0, let owner = record.pointee.owner {
-            Self.settleFinalCount(of: unsafeDowncast(owner, to: TimerHandle.self), record)
+            unsafeDowncast(owner, to: TimerHandle.self).settleFinalCount(record)
         } else if let handle = record.pointee.extras?.handle {
-            Self.settleFinalCount(of: handle, record)
+            handle.settleFinalCount(record)
         }
         store.free(slot)
-    }
-
-    @inline(__always)
-    private static func settleFinalCount(of handle: TimerHandle, _ record: UnsafeMutablePointer<TimerRecord>) {
-        guard handle.endFacts.fires != record.pointee.fires else { return }
-        handle.endFacts = EndFacts(
-            fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause,
-            hasCustomName: handle.endFacts.hasCustomName)
     }
 
     /// Closes a critical section: the events it queued go to `after` with the observers to
@@ -153,7 +143,7 @@ extension TimerScheduler {
     /// completed the condition; it must be quick (a continuation's resume). Returns a token for
     /// `removeEndWaiter(_:of:)`, or nil when `action` has run already.
     @discardableResult
-    func whenEnded(_ timer: TimerHandle, _ action: @escaping @Sendable () -> Void) -> UInt64? {
+    func whenEnded(_ timer: TimerKey, _ action: @escaping @Sendable () -> Void) -> UInt64? {
         mutex.lock()
         guard let record = liveOrBusyRecordLocked(timer) else {
             // Its slot has been given back: it has ended, and nothing of it runs.
@@ -172,7 +162,7 @@ extension TimerScheduler {
 
     /// Takes back the action `whenEnded` returned `token` for, if it has not run (a waiter
     /// that gave up: its task was cancelled). It is released after unlocking.
-    func removeEndWaiter(_ token: UInt64, of timer: TimerHandle) {
+    func removeEndWaiter(_ token: UInt64, of timer: TimerKey) {
         locked { after in
             guard let extras = liveOrBusyRecordLocked(timer)?.pointee.extras,
                 let index = extras.endWaiters.firstIndex(where: { $0.token == token })

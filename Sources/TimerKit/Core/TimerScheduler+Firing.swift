@@ -245,7 +245,7 @@ extension TimerScheduler {
         // strong reference loaded here keeps the target alive for the call and is dropped
         // before the lock is taken again.
         guard let object = target.object else {
-            cancel(slot: call.slot, generation: call.generation, because: .targetReleased)
+            cancel(TimerKey(slot: call.slot, generation: call.generation, scheduler: serial), because: .targetReleased)
             return false
         }
         withExtendedLifetime(object) { invoke(call) }
@@ -288,15 +288,6 @@ extension TimerScheduler {
                         actual: MonotonicInstant(nanoseconds: call.actual), missed: call.missed, interval: call.interval,
                         clock: call.clock, clockChanged: call.clockChanged, timer: unsafeDowncast(owner, to: TimerHandle.self)))
             }
-        }
-    }
-
-    /// Ends the timer in `slot` if it is still the one of `generation` (a target found gone).
-    func cancel(slot: UInt32, generation: UInt32, because cause: EndCause) {
-        locked { after in
-            let record = store[slot]
-            guard record.pointee.generation == generation, record.pointee.owner != nil else { return }
-            endLocked(slot, .cancelled, because: cause, into: &after)
         }
     }
 }

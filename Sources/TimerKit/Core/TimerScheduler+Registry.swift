@@ -8,9 +8,11 @@ extension TimerScheduler {
         mutex.withLock {
             // The registry lends a chunk and this store takes it in one critical section of this
             // lock: a slot the registry names is in a chunk the store has.
-            guard Int(slot) &>> RecordChunk.shift < store.chunks.count else { return nil }
-            let record = store[slot]
-            guard record.pointee.generation == generation, record.pointee.owner != nil, !record.pointee.state.hasEnded else { return nil }
+            // A name may also name a slot this store has not handed out (a generated name's
+            // slot and generation are in it): such a slot has no owner.
+            guard Int(slot) &>> RecordChunk.shift < store.chunks.count, store[slot].pointee.owner != nil,
+                liveRecordLocked(TimerKey(slot: slot, generation: generation, scheduler: serial)) != nil
+            else { return nil }
             return frontLocked(slot)
         }
     }
@@ -29,8 +31,8 @@ extension TimerScheduler {
 
     /// Whether `timer` is a target-action timer whose target has been released. The target is
     /// loaded outside the lock (see `WeakReference`).
-    func hasReleasedTarget(_ timer: TimerHandle) -> Bool {
-        let target = mutex.withLock { recordLocked(timer)?.pointee.extras?.target }
+    func hasReleasedTarget(_ timer: TimerKey) -> Bool {
+        let target = mutex.withLock { liveRecordLocked(timer)?.pointee.extras?.target }
         guard let target else { return false }
         return target.object == nil
     }
@@ -51,19 +53,9 @@ extension TimerScheduler {
             maxLateness: fires == 0 ? nil : .nanoseconds(Int64(clamping: stats.maxLateness)), missedTicks: Int(stats.missedTicks))
     }
 
-    /// The snapshot of `timer`; once it has ended, what its handle knows.
-    func snapshot(of timer: TimerHandle) -> TimerSnapshot {
-        mutex.withLock {
-            if recordLocked(timer) != nil { return snapshotLocked(timer.slot) }
-            return TimerSnapshot(
-                name: nameLocked(timer), backend: backendName, state: timer.endFacts.state, fires: timer.endFacts.fires,
-                nextDeadline: nil, interval: nil, lastLateness: nil, maxLateness: nil, missedTicks: 0)
-        }
-    }
-
     /// The snapshot of `timer` while it is live; nil once it has ended.
-    func liveSnapshot(of timer: TimerHandle) -> TimerSnapshot? {
-        mutex.withLock { recordLocked(timer) != nil ? snapshotLocked(timer.slot) : nil }
+    func liveSnapshot(of timer: TimerKey) -> TimerSnapshot? {
+        mutex.withLock { liveRecordLocked(timer) != nil ? snapshotLocked(timer.slot) : nil }
     }
 
     /// Calls `body` with the snapshots of the live timers, a chunk of slots at a time (each
@@ -143,7 +135,7 @@ extension TimerScheduler {
             }
             guard let targets else { return ended }
             for entry in targets where entry.target.object == nil {
-                cancel(slot: entry.slot, generation: entry.generation, because: .targetReleased)
+                cancel(TimerKey(slot: entry.slot, generation: entry.generation, scheduler: serial), because: .targetReleased)
                 ended += 1
             }
             chunk += 1
@@ -166,14 +158,14 @@ extension TimerScheduler {
 
 extension TimerScheduler {
     /// Where the record of `timer` is stored, for tests that check records never move.
-    package func recordAddress(of timer: TimerHandle) -> UnsafeRawPointer {
+    package func recordAddress(of timer: TimerKey) -> UnsafeRawPointer {
         mutex.withLock { UnsafeRawPointer(store[timer.slot]) }
     }
 
     /// Whether the live timer `key` names has no extras and `owner` as its callback (tests).
     package func isPlainRecord(_ key: TimerKey, ownedBy owner: AnyObject) -> Bool {
         mutex.withLock {
-            guard let record = try? recordLocked(key) else { return false }
+            guard let record = liveRecordLocked(key) else { return false }
             return record.pointee.extras == nil && record.pointee.owner === owner
         }
     }
@@ -185,7 +177,7 @@ extension TimerScheduler {
     package var monotonicQueueChunkCount: Int { mutex.withLock { queues.monotonic.heap.chunkCount } }
 
     /// The end waiters of `timer` (tests).
-    package func endWaiterCount(of timer: TimerHandle) -> Int {
+    package func endWaiterCount(of timer: TimerKey) -> Int {
         mutex.withLock { liveOrBusyRecordLocked(timer)?.pointee.extras?.endWaiters.count ?? 0 }
     }
 }

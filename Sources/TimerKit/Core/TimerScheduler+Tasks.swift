@@ -2,7 +2,7 @@
 /// the task returns.
 extension TimerScheduler {
     /// Called by a task timer's handler, during its call: a task of it is starting.
-    func taskStarted(_ timer: TimerHandle, _ task: Task<Void, Never>) {
+    func taskStarted(_ timer: TimerKey, _ task: Task<Void, Never>) {
         locked { after in
             guard let record = liveOrBusyRecordLocked(timer), !record.pointee.state.hasEnded else {
                 after.owed.tasks.append(task)
@@ -15,7 +15,7 @@ extension TimerScheduler {
 
     /// Called when a task of `timer` has returned: a repeat is queued again a full interval
     /// later (fixed delay), a one-shot or a finished count ends the timer.
-    func taskReturned(_ timer: TimerHandle) {
+    func taskReturned(_ timer: TimerKey) {
         var failure: TimerError?
         locked { after in
             guard let record = liveOrBusyRecordLocked(timer), let extras = record.pointee.extras else { return }

@@ -129,7 +129,7 @@ extension TimerBackend {
         // the bound keeps a pathological race from spinning for ever.
         for _ in 0..<100 {
             if let timer = registry.timer(named: name) {
-                let (helper, isLive) = timer.scheduler.helper(of: timer)
+                let (helper, isLive) = timer.scheduler.helper(of: timer.key)
                 guard isLive else { continue }
                 guard timer.scheduler === scheduler, let helper = helper as? Helper else { throw .duplicateName(name) }
                 // If its timer ends meanwhile, the helper's next `arm` schedules a new one.

@@ -80,7 +80,7 @@ private func race<Value: Sendable>(
     // timer holds, is what this call throws, whether or not the operation would ever suspend.
     let timer = try backend.schedule(.at(deadline), name: name, tolerance: tolerance) { _ in limitSignal.resolve(.success(.reached)) }
     let scheduler = timer.scheduler
-    scheduler.whenEnded(timer) {
+    scheduler.whenEnded(timer.key) {
         // Ended without firing (after a fire this changes nothing): cancelled by name lifts
         // the limit; a backend that shut down is the error its timers end with.
         limitSignal.resolve(.success(scheduler.shutDownError.map { .failed($0) } ?? .lifted))
@@ -125,7 +125,7 @@ private func race<Value: Sendable>(
 private func endAndLeaveTheRegistry(_ timer: TimerHandle) async {
     timer.cancel()
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-        timer.scheduler.whenEnded(timer) { continuation.resume() }
+        timer.scheduler.whenEnded(timer.key) { continuation.resume() }
     }
 }
 

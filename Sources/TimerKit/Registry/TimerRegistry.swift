@@ -239,7 +239,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// been released is ended here and not returned.
     public func timer(named name: String) -> TimerHandle? {
         guard let timer = lookup(name) else { return nil }
-        if timer.scheduler.hasReleasedTarget(timer) {
+        if timer.scheduler.hasReleasedTarget(timer.key) {
             timer.cancel(because: .targetReleased)
             return nil
         }
@@ -269,7 +269,7 @@ public final class TimerRegistry: @unchecked Sendable {
     /// A snapshot of the timer registered as `name`.
     public func snapshot(named name: String) throws(TimerError) -> TimerSnapshot {
         let timer = try existing(name)
-        guard let snapshot = timer.scheduler.liveSnapshot(of: timer) else { throw .noSuchTimer(name) }
+        guard let snapshot = timer.scheduler.liveSnapshot(of: timer.key) else { throw .noSuchTimer(name) }
         return snapshot
     }
 

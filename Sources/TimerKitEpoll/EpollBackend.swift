@@ -342,7 +342,7 @@ private final class EpollLoopState: TimerDriver, @unchecked Sendable {
             let ready = try retryingInterrupts("epoll_pwait2") {
                 tokens.withUnsafeMutableBufferPointer { buffer in
                     guard deadline != .max else { return Int(ctk_epoll_pwait2(epollFD, buffer.baseAddress, 2, nil)) }
-                    var timeout = timespecUntil(deadline, now: now)
+                    var timeout = kernelWait(until: deadline, now: now)
                     return Int(ctk_epoll_pwait2(epollFD, buffer.baseAddress, 2, &timeout))
                 }
             }

@@ -136,9 +136,3 @@ package final class SleepGate: @unchecked Sendable {
     /// request is used up (`WakeRequest`).
     @inline(__always) package func useUp() { requested.useUp() }
 }
-
-/// A deadline in nanoseconds as the relative wait `epoll_pwait2` takes, from `now`.
-package func timespecUntil(_ deadline: UInt64, now: UInt64) -> timespec {
-    let wait = deadline > now ? deadline - now : 0
-    return timespec(tv_sec: Int(wait / 1_000_000_000), tv_nsec: Int(wait % 1_000_000_000))
-}

@@ -32,8 +32,8 @@ func armTimerFD(_ fd: Int32, at deadline: MonotonicInstant, period: UInt64 = 0) 
     var spec = itimerspec()
     if deadline != .distantFuture {
         // 0 would disarm: a deadline at the clock's origin is "now", and 1 ns will do.
-        spec.it_value = timespecOf(nanoseconds: max(deadline.nanoseconds, 1))
-        spec.it_interval = timespecOf(nanoseconds: period)
+        spec.it_value = kernelTime(nanoseconds: max(deadline.nanoseconds, 1))
+        spec.it_interval = kernelTime(nanoseconds: period)
     }
     try retryingInterrupts("timerfd_settime") { errnoResult(Int(timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME), &spec, nil))) }
 }

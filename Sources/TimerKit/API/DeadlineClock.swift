@@ -20,15 +20,11 @@ public enum DeadlineClock: String, Sendable, CaseIterable, Hashable, CustomStrin
 
     /// The kernel's reading of this clock, in nanoseconds since its origin.
     package static func read(_ clock: DeadlineClock) -> UInt64 {
-        var ts = timespec()
         switch clock {
-        case .monotonic: clock_gettime(CLOCK_MONOTONIC, &ts)
-        case .continuous: clock_gettime(CLOCK_BOOTTIME, &ts)
-        case .wall: clock_gettime(CLOCK_REALTIME, &ts)
+        case .monotonic: readClock(CLOCK_MONOTONIC)
+        case .continuous: readClock(CLOCK_BOOTTIME)
+        case .wall: readClock(CLOCK_REALTIME) &+ UInt64(bitPattern: wallSkewForTests.load(ordering: .relaxed))
         }
-        let nanoseconds = UInt64(max(0, ts.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, ts.tv_nsec))
-        guard clock == .wall else { return nanoseconds }
-        return nanoseconds &+ UInt64(bitPattern: wallSkewForTests.load(ordering: .relaxed))
     }
 
     /// Added to every reading of the wall clock: a test's stand-in for a step of the host's

@@ -26,9 +26,7 @@ public struct MonotonicInstant: Comparable, Hashable, Sendable, CustomStringConv
     /// The current CLOCK_MONOTONIC time.
     @inline(__always)
     public static func now() -> MonotonicInstant {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return MonotonicInstant(nanoseconds: UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec))
+        MonotonicInstant(nanoseconds: readClock(CLOCK_MONOTONIC))
     }
 
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
@@ -107,24 +105,9 @@ extension MonotonicInstant {
 
     private var sinceOrigin: Duration { .nanoseconds(Int64(clamping: nanoseconds)) }
 
-    /// CLOCK_BOOTTIME − CLOCK_MONOTONIC now: the time the machine has spent suspended.
+    /// CLOCK_BOOTTIME − CLOCK_MONOTONIC now: the time the machine has spent suspended, as a
+    /// scheduler reads it (`SchedulerClock.offsets(fixed:)`).
     private static func bootTimeOffset() -> Duration {
-        func read(_ clock: clockid_t) -> Int64 {
-            var ts = timespec()
-            clock_gettime(clock, &ts)
-            return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-        }
-        // Read the monotonic clock on both sides of the boot-time read and take the middle,
-        // from the narrowest of a few tries: a thread preempted between two reads would
-        // otherwise put the middle a whole time slice off.
-        var best = (window: Int64.max, offset: Int64(0))
-        for _ in 0..<8 {
-            let before = read(CLOCK_MONOTONIC)
-            let boot = read(CLOCK_BOOTTIME)
-            let after = read(CLOCK_MONOTONIC)
-            if after - before < best.window { best = (after - before, boot - (before + (after - before) / 2)) }
-            if best.window < 1_000 { break }
-        }
-        return .nanoseconds(best.offset)
+        .nanoseconds(SchedulerClock.monotonic.offsets(fixed: .zero).continuous)
     }
 }

@@ -69,7 +69,7 @@ public struct TimerSchedule: Sendable {
     /// Once, at `date` on the wall clock (a date in the past fires at once). If the wall clock
     /// steps, the timer still fires at `date`: never before it.
     public static func at(date: Date) -> TimerSchedule {
-        .init(kind: .atOwn(Self.wallNanoseconds(date)), clock: .wall)
+        .init(kind: .atOwn(date.nanosecondsSince1970), clock: .wall)
     }
     /// `every(_:firstAfter:count:jitter:)` on `clock`.
     public static func every(
@@ -81,7 +81,7 @@ public struct TimerSchedule: Sendable {
     /// say. Grid points already past, or jumped past by a step of the wall clock, are handled
     /// by the missed-tick policy. `jitter` as in `every(_:firstAfter:count:jitter:)`.
     public static func every(_ interval: Duration, from start: Date, count: Int? = nil, jitter: Duration = .zero) -> TimerSchedule {
-        .init(kind: .everyFrom(.duration(interval), start: Self.wallNanoseconds(start), count: count, jitter: jitter), clock: .wall)
+        .init(kind: .everyFrom(.duration(interval), start: start.nanosecondsSince1970, count: count, jitter: jitter), clock: .wall)
     }
 
     /// Repeatedly at the dates `calendar` finds matching `components`, on the wall clock:
@@ -109,13 +109,6 @@ public struct TimerSchedule: Sendable {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = timeZone
         return .calendar(matching: DateComponents(hour: hour, minute: minute, second: 0), in: calendar, count: count)
-    }
-
-    /// Nanoseconds since 1970 of `date`; 0 for dates before it, saturating far after.
-    static func wallNanoseconds(_ date: Date) -> UInt64 {
-        let nanoseconds = date.timeIntervalSince1970 * 1e9
-        guard nanoseconds > 0 else { return 0 }
-        return nanoseconds >= 1.8e19 ? UInt64.max : UInt64(nanoseconds)
     }
 
     /// `every(_:firstAfter:count:jitter:)` with intervals in seconds (and no jitter).

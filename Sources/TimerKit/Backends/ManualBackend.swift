@@ -47,7 +47,7 @@ public final class ManualBackend: TimerBackend, @unchecked Sendable {
         registry: TimerRegistry = .shared, name: String = "manual",
         wallClockStart: Date = Date(timeIntervalSince1970: 1_767_225_600)
     ) {
-        clock = VirtualClock(start: start, wallStart: TimerSchedule.wallNanoseconds(wallClockStart))
+        clock = VirtualClock(start: start, wallStart: wallClockStart.nanosecondsSince1970)
         scheduler = TimerScheduler(backendName: name, registry: registry, clock: .virtual(clock), taskExecutor: executor)
         scheduler.attach(owning: wakeUps)
     }

@@ -20,7 +20,7 @@ final class CalendarRule: Sendable {
     /// (`.nextTime`); but a day that does not exist (29 February in other years, 30 February)
     /// is never moved to another day: those dates are matched strictly.
     func next(after instant: UInt64) -> UInt64? {
-        let after = Date(timeIntervalSince1970: Double(instant) / 1e9)
+        let after = Date(nanosecondsSince1970: instant)
         var found = calendar.nextDate(
             after: after, matching: components, matchingPolicy: .nextTime, repeatedTimePolicy: .first, direction: .forward)
         if let moved = found, !keepsTheDay(moved) {
@@ -28,7 +28,7 @@ final class CalendarRule: Sendable {
                 after: after, matching: components, matchingPolicy: .strict, repeatedTimePolicy: .first, direction: .forward)
         }
         guard let date = found else { return nil }
-        let next = TimerSchedule.wallNanoseconds(date)
+        let next = date.nanosecondsSince1970
         // A date a rounding put at `instant` itself is not after it: look a second further.
         return next > instant ? next : self.next(after: instant.saturatingAdd(1_000_000_000))
     }

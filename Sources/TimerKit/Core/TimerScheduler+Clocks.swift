@@ -138,6 +138,6 @@ extension TimerScheduler {
     /// The wall clock now, as this scheduler reads it.
     func wallClockNow() -> Date {
         let nanoseconds = mutex.withLock { now(of: .wall, monotonic: clock.now().nanoseconds) }
-        return Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)
+        return Date(nanosecondsSince1970: nanoseconds)
     }
 }

@@ -1,8 +1,48 @@
+import Foundation
 import Glibc
 
-/// A timespec of `nanoseconds` (since CLOCK_MONOTONIC's origin, for absolute timers).
-package func timespecOf(nanoseconds: UInt64) -> timespec {
+// Time as TimerKit keeps it: nanoseconds in a UInt64, since a clock's origin (the kernel's
+// clocks) or since 1970 (the wall clock, and dates). The conversions from and to the kernel's,
+// Foundation's and the standard library's forms are here; the offsets between the clocks are
+// `ClockOffsets` (SchedulerClock.swift).
+
+/// What the kernel's `clock` reads now, in nanoseconds since its origin.
+@inline(__always)
+package func readClock(_ clock: clockid_t) -> UInt64 {
+    var reading = timespec()
+    clock_gettime(clock, &reading)
+    return reading.nanoseconds
+}
+
+/// `nanoseconds` in seconds and nanoseconds, as the kernel takes a time: an absolute time for a
+/// timer, or a wait.
+package func kernelTime(nanoseconds: UInt64) -> timespec {
     timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+}
+
+/// The wait from `now` until `deadline`, none once it has passed: what `epoll_pwait2` takes.
+package func kernelWait(until deadline: UInt64, now: UInt64) -> timespec {
+    kernelTime(nanoseconds: deadline > now ? deadline - now : 0)
+}
+
+extension timespec {
+    /// In nanoseconds; a reading before the origin (which no clock TimerKit reads gives) is 0.
+    @inline(__always)
+    var nanoseconds: UInt64 { UInt64(max(0, tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, tv_nsec)) }
+}
+
+extension Date {
+    /// The date `nanoseconds` after 1970 began.
+    init(nanosecondsSince1970 nanoseconds: UInt64) {
+        self.init(timeIntervalSince1970: Double(nanoseconds) / 1e9)
+    }
+
+    /// Nanoseconds since 1970; 0 for dates before it, saturating far after.
+    var nanosecondsSince1970: UInt64 {
+        let nanoseconds = timeIntervalSince1970 * 1e9
+        guard nanoseconds > 0 else { return 0 }
+        return nanoseconds >= 1.8e19 ? UInt64.max : UInt64(nanoseconds)
+    }
 }
 
 extension UInt64 {

@@ -94,21 +94,11 @@ private final class TickStream: @unchecked Sendable {
     // @unchecked: the mutable fields are touched only while holding `mutex`, except `timer`,
     // set once in `start` before the stream is shared.
 
-    /// The consumer's wait for its next tick. It lives in the stream, not in an object of its
-    /// own per tick, so that a tick allocates nothing in a release build (`make bench-check`
-    /// counts it): `next()` opens it (`.opened`), the continuation joins it once the task has
-    /// suspended (`.suspended`), and a tick, the end or the task's cancellation settles it; one
-    /// that comes between the two steps is kept (`.settled`) for the continuation to take at
-    /// once.
-    private enum Wait {
-        case none
-        case opened
-        case suspended(UnsafeContinuation<Tick?, Never>)
-        case settled(Tick?)
-    }
+    /// The consumer's wait for its next tick: in the stream, not in an object of its own per
+    /// tick, so that a tick allocates nothing in a release build (`make bench-check` counts it).
     private let mutex = FutexLock()
     private(set) var timer: TimerHandle!
-    private var wait = Wait.none
+    private var wait = OnceWait<Tick?, Never>(opened: false)
     private var kept: Tick?
     private var hasEnded = false
     private var isClaimed = false
@@ -142,25 +132,20 @@ private final class TickStream: @unchecked Sendable {
             mutex.unlock()
             return nil
         }
-        guard case .none = wait else {
+        guard wait.isIdle else {
             mutex.unlock()
             preconditionFailure("TimerTicks: next() was called while another call of it was waiting; an iterator belongs to one task")
         }
-        wait = .opened
+        wait.open()
         mutex.unlock()
         // Resumed once the wait is in place: the tick may come at once.
         do throws(TimerError) { try timer.resume() } catch { finish() }
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Tick?, Never>) in
                 mutex.lock()
-                if case .settled(let tick) = wait {
-                    wait = .none
-                    mutex.unlock()
-                    continuation.resume(returning: tick)
-                } else {
-                    wait = .suspended(continuation)
-                    mutex.unlock()
-                }
+                let early = wait.join(continuation)
+                mutex.unlock()
+                if let early { continuation.resume(with: early) }
             }
         } onCancel: {
             // The consumer's task was cancelled: its wait ends with nil, and the timer with it.
@@ -173,35 +158,18 @@ private final class TickStream: @unchecked Sendable {
     @discardableResult
     private func settle(_ tick: Tick?) -> Bool {
         mutex.lock()
-        switch wait {
-        case .opened:
-            wait = .settled(tick)
-            mutex.unlock()
-            return true
-        case .suspended(let continuation):
-            wait = .none
-            mutex.unlock()
-            continuation.resume(returning: tick)
-            return true
-        case .none, .settled:
-            mutex.unlock()
-            return false
-        }
+        let settled = wait.settle(.success(tick))
+        mutex.unlock()
+        guard let settled else { return false }
+        settled?.resume(returning: tick)
+        return true
     }
 
     /// The timer's handler, on the backend's loop: hands the tick to the waiting consumer.
     func deliver(_ tick: Tick) {
         try? tick.timer.suspend()  // no further tick until the consumer asks
         mutex.lock()
-        switch wait {
-        case .opened:
-            wait = .settled(tick)
-            mutex.unlock()
-        case .suspended(let continuation):
-            wait = .none
-            mutex.unlock()
-            continuation.resume(returning: tick)
-        case .none, .settled:
+        guard let settled = wait.settle(.success(tick)) else {
             // Resumed from outside while the consumer was busy: keep the tick for it, in the
             // same critical section, so that a `next()` cannot open a wait in between.
             let passedOver = kept.map { $0.missed + 1 } ?? 0
@@ -210,7 +178,10 @@ private final class TickStream: @unchecked Sendable {
                 interval: tick.interval, clock: tick.clock, clockChanged: tick.clockChanged || kept?.clockChanged == true,
                 timer: tick.timer)
             mutex.unlock()
+            return
         }
+        mutex.unlock()
+        settled?.resume(returning: tick)
     }
 
     /// The timer ended (counted out, cancelled, backend shut down): the consumer gets nil.

@@ -51,6 +51,11 @@ enum EndCause: UInt8 {
         }
     }
 
+    /// The final state of a timer that ended for this cause: `.finished` after its last call,
+    /// `.cancelled` for every other end. With `endedReason(loopFailure:)`, the one mapping from a
+    /// stored end to what callers read.
+    var endedState: TimerState { self == .completed ? .finished : .cancelled }
+
     /// The reason it stands for; nil while the timer is live. `loopFailure` is the
     /// scheduler's, for `.shutDown`.
     func reason(loopFailure: TimerError?) -> TimerEndReason? {

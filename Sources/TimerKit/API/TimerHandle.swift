@@ -147,7 +147,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// What an operation on its ended timer throws, under the scheduler's lock: unlike a key's
     /// error, it names the timer and how it ended, which the handle knows.
     private func endedErrorLocked() -> TimerError {
-        .timerEnded(name: nameLocked(), state: endFacts.hasEnded ? endFacts.state : .cancelled)
+        .timerEnded(name: nameLocked(), state: endFacts.state)
     }
 
     /// The timer's name, under its scheduler's lock: once it has ended, the name it had.
@@ -160,8 +160,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     /// Learns, under its scheduler's lock, that its timer (`record`) has ended; `name` is the
     /// caller's name for it, if it had one.
     func learnEnd(of record: UnsafeMutablePointer<TimerRecord>, name: String?) {
-        endFacts = EndFacts(
-            fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause, hasCustomName: name != nil)
+        endFacts = EndFacts(fires: record.pointee.fires, cause: record.pointee.endCause, hasCustomName: name != nil)
         if let name { EndedNames.remember(name, for: self) }
     }
 
@@ -170,9 +169,7 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     @inline(__always)
     func settleFinalCount(_ record: UnsafeMutablePointer<TimerRecord>) {
         guard endFacts.fires != record.pointee.fires else { return }
-        endFacts = EndFacts(
-            fires: record.pointee.fires, state: record.pointee.state, cause: record.pointee.endCause,
-            hasCustomName: endFacts.hasCustomName)
+        endFacts = EndFacts(fires: record.pointee.fires, cause: record.pointee.endCause, hasCustomName: endFacts.hasCustomName)
     }
 
     public static func == (lhs: TimerHandle, rhs: TimerHandle) -> Bool { lhs === rhs }
@@ -180,9 +177,9 @@ public final class TimerHandle: @unchecked Sendable, Hashable, CustomStringConve
     public var description: String { "TimerHandle(\(name) on \(backendName))" }
 }
 
-/// What a handle learns when its timer ends, in one word: the fires (low 56 bits), the final
-/// state and why it ended, and whether the timer had a name of the caller's (kept in
-/// `EndedNames`, so that a handle stays small).
+/// What a handle learns when its timer ends, in one word: the fires (low 56 bits), why it ended
+/// (its final state is the cause's, `EndCause.endedState`), and whether the timer had a name of
+/// the caller's (kept in `EndedNames`, so that a handle stays small).
 struct EndFacts: Equatable {
     let raw: UInt64
 
@@ -193,10 +190,9 @@ struct EndFacts: Equatable {
 
     init(raw: UInt64) { self.raw = raw }
 
-    init(fires: Int, state: TimerState, cause: EndCause, hasCustomName: Bool) {
+    init(fires: Int, cause: EndCause, hasCustomName: Bool) {
         var raw = UInt64(clamping: max(0, fires)) & 0x00FF_FFFF_FFFF_FFFF
         raw |= UInt64(cause.rawValue & 0b111) << 56
-        raw |= UInt64(state.rawValue & 0b11) << 59
         raw |= Self.endedBit
         if hasCustomName { raw |= Self.namedBit }
         self.raw = raw
@@ -206,7 +202,8 @@ struct EndFacts: Equatable {
     var hasCustomName: Bool { raw & Self.namedBit != 0 }
     var fires: Int { Int(raw & 0x00FF_FFFF_FFFF_FFFF) }
     var cause: EndCause { EndCause(rawValue: UInt8((raw >> 56) & 0b111)) ?? .live }
-    var state: TimerState { TimerState(rawValue: UInt8((raw >> 59) & 0b11)) ?? .cancelled }
+    /// The final state; `.cancelled` while live (never read then: a live timer's is its record's).
+    var state: TimerState { cause.endedState }
 }
 
 /// The caller's names of ended timers whose handles are still around: a handle answers its

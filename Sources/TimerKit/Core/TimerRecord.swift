@@ -62,7 +62,7 @@ struct TimerRecord {
         interval = 0
         fires = 0
         withUnsafeMutablePointer(to: &self.owner) { UnsafeMutableRawPointer($0).storeBytes(of: owner, as: Unmanaged<AnyObject>.self) }
-        stateBits = TimerState.scheduled.rawValue | EndCause.live.rawValue << 2
+        startLive()
         // The monotonic clock (0), the policy, a one-shot's call left; no count, no stats.
         flags = policy.rawValue << 2 | Self.callLeftBit
         callbackKind = kind
@@ -82,9 +82,18 @@ struct TimerRecord {
         set { stateBits = stateBits & ~0b11 | newValue.rawValue }
     }
 
-    var endCause: EndCause {
-        get { unsafeBitCast(stateBits >> 2, to: EndCause.self) }
-        set { stateBits = stateBits & 0b11 | newValue.rawValue << 2 }
+    /// Why it ended (`.live` while it has not): its final state is this cause's
+    /// (`EndCause.endedState`).
+    var endCause: EndCause { unsafeBitCast(stateBits >> 2, to: EndCause.self) }
+
+    /// Makes it live and scheduled.
+    @inline(__always)
+    mutating func startLive() { stateBits = TimerState.scheduled.rawValue | EndCause.live.rawValue << 2 }
+
+    /// Ends it because of `cause`: the cause and the state it gives, in one store.
+    @inline(__always)
+    mutating func end(because cause: EndCause) {
+        stateBits = cause.endedState.rawValue | cause.rawValue << 2
     }
 
     var clock: DeadlineClock {

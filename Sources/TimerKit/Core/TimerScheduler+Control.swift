@@ -91,7 +91,7 @@ extension TimerScheduler {
         }
         guard record.pointee.extras == nil, record.pointee.activeCalls == 0, let owner = record.pointee.owner.take() else {
             var after = AfterUnlock()
-            endInlineLocked(key.slot, .cancelled, because: cause, into: &after)
+            endInlineLocked(key.slot, because: cause, into: &after)
             settleLocked(&after)
             mutex.unlock()
             after.run()
@@ -102,13 +102,13 @@ extension TimerScheduler {
         // without the tests and the carrier's slot for what it does not have: the record's
         // reference to its owner moves out (no retain). After unlocking, a callback hears the
         // end and is let go of; a handle lets go of its handler.
-        markEndedLeavingDriverLocked(key.slot, record, .cancelled, because: cause)
+        markEndedLeavingDriverLocked(key.slot, record, because: cause)
         let kind = record.pointee.callbackKind
         let fires = record.pointee.fires
         store.free(key.slot)
         if kind == 0 {
             let handle = unsafeDowncast(owner, to: TimerHandle.self)
-            handle.endFacts = EndFacts(fires: fires, state: .cancelled, cause: cause, hasCustomName: false)
+            handle.endFacts = EndFacts(fires: fires, cause: cause, hasCustomName: false)
             unlockAfterPlainEnd()
             handle.letGoOfHandler()
         } else {

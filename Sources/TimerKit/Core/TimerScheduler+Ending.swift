@@ -6,24 +6,24 @@ extension TimerScheduler {
     /// What an ended timer's handler becomes: one shared closure, so ending allocates nothing.
     static let endedHandler: @Sendable (Tick) -> Void = { _ in }
 
-    /// Ends the timer in `slot` in `state` (`.cancelled` or `.finished`) because of `cause`, if
-    /// it has not ended: its queue entry dies, it leaves the registry (its name, under the
+    /// Ends the timer in `slot` because of `cause`, if it has not ended (its final state is the
+    /// cause's, `EndCause.endedState`): its queue entry dies, it leaves the registry (its name, under the
     /// registry's lock nested in this one), its handle learns the end, and everything of the
     /// user's it held goes to `after` — its handler, its observers, the task it started (to be
     /// cancelled) — so that what stays in the store holds nothing whose release runs user code.
     /// Its slot is given back once nothing of it runs any more: now, or when the call or task
     /// still running returns.
-    func endLocked(_ slot: UInt32, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
-        endInlineLocked(slot, state, because: cause, into: &after)
+    func endLocked(_ slot: UInt32, because cause: EndCause, into after: inout AfterUnlock) {
+        endInlineLocked(slot, because: cause, into: &after)
     }
 
     /// `endLocked`, inlined into the paths that cancel one timer (a key's and a handle's cancel),
     /// which save the call's cost.
     @inline(__always)
-    func endInlineLocked(_ slot: UInt32, _ state: TimerState, because cause: EndCause, into after: inout AfterUnlock) {
+    func endInlineLocked(_ slot: UInt32, because cause: EndCause, into after: inout AfterUnlock) {
         let record = store[slot]
         guard !record.pointee.state.hasEnded else { return }
-        markEndedLocked(slot, record, state, because: cause, &after)
+        markEndedLocked(slot, record, because: cause, &after)
         let extras = record.pointee.extras
         if let name = extras?.name { registry.release(name, scheduler: self, slot: slot) }
         if record.pointee.callbackKind == 0, let handle = record.pointee.owner {
@@ -46,14 +46,13 @@ extension TimerScheduler {
         freeIfIdleLocked(slot, &after)
     }
 
-    /// The first steps of every end: the live timer in `slot` (`record`) takes its final state
-    /// and cause, its queue entry dies, and it stops counting as live.
+    /// The first steps of every end: the live timer in `slot` (`record`) takes its cause (and
+    /// with it its final state), its queue entry dies, and it stops counting as live.
     @inline(__always)
     func markEndedLocked(
-        _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, _ state: TimerState, because cause: EndCause,
-        _ after: inout AfterUnlock
+        _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, because cause: EndCause, _ after: inout AfterUnlock
     ) {
-        markEndedLeavingDriverLocked(slot, record, state, because: cause)
+        markEndedLeavingDriverLocked(slot, record, because: cause)
         disarmIfIdleLocked(&after)
         if store.live == 0 { letGoOfLinkLocked(&after) }
     }
@@ -70,11 +69,8 @@ extension TimerScheduler {
     /// (`letGoOfLinkLocked`): a cancel that leaves timers queued then owes nothing after
     /// unlocking.
     @inline(__always)
-    func markEndedLeavingDriverLocked(
-        _ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, _ state: TimerState, because cause: EndCause
-    ) {
-        record.pointee.state = state
-        record.pointee.endCause = cause
+    func markEndedLeavingDriverLocked(_ slot: UInt32, _ record: UnsafeMutablePointer<TimerRecord>, because cause: EndCause) {
+        record.pointee.end(because: cause)
         if cause != .completed && cause != .shutDown { stats.cancels += 1 }
         killEntryLocked(slot)
         store.live -= 1

@@ -218,7 +218,7 @@ extension TimerScheduler {
             if extras?.parksAfterLastCall == true {
                 record.pointee.state = .suspended  // a debouncer's or throttler's timer waits for its next call
             } else {
-                endLocked(slot, .finished, because: .completed, into: &after)
+                endLocked(slot, because: .completed, into: &after)
             }
         } else if record.pointee.state == .scheduled && record.pointee.entrySequence == 0 && !isShutDown {
             try queueLocked(slot, &after)

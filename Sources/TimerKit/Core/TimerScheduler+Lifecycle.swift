@@ -125,7 +125,7 @@ extension TimerScheduler {
             slots.removeAll(keepingCapacity: true)
             store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
             for slot in slots where !store[slot].pointee.state.hasEnded {
-                endLocked(slot, .cancelled, because: .shutDown, into: &after)
+                endLocked(slot, because: .shutDown, into: &after)
                 ended += 1
             }
             settleLocked(&after)

@@ -225,7 +225,7 @@ extension TimerScheduler {
         var after = AfterUnlock()
         var failure: TimerError?
         do throws(TimerError) { try wakeLocked(at: wanted) } catch {
-            endLocked(slot, .cancelled, because: .cancelled, into: &after)
+            endLocked(slot, because: .cancelled, into: &after)
             failure = error
         }
         settleLocked(&after)
@@ -255,7 +255,7 @@ extension TimerScheduler {
             slot = try addLocked(resolved, calendar: calendar, policy: policy, options: options, &after)
             generation = store[slot].pointee.generation
             do throws(TimerError) { (made, kind) = try owner(slot, generation) } catch {
-                endLocked(slot, .cancelled, because: .cancelled, into: &after)
+                endLocked(slot, because: .cancelled, into: &after)
                 throw error
             }
         } catch {
@@ -274,7 +274,7 @@ extension TimerScheduler {
             record.pointee.state = .suspended
         } else {
             do throws(TimerError) { try queueLocked(slot, &after) } catch {
-                endLocked(slot, .cancelled, because: .cancelled, into: &after)
+                endLocked(slot, because: .cancelled, into: &after)
                 failure = error
             }
         }
@@ -313,8 +313,7 @@ extension TimerScheduler {
         }
         store.live += 1
         if store.live == 1 { link.hold(self) }
-        record.pointee.state = .scheduled
-        record.pointee.endCause = .live
+        record.pointee.startLive()
         record.pointee.fires = 0
         record.pointee.deadline = resolved.firstDeadline
         record.pointee.interval = resolved.intervalNanoseconds

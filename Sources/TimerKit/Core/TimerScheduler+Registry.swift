@@ -84,7 +84,7 @@ extension TimerScheduler {
             locked { after in
                 var slots: [UInt32] = []
                 store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
-                for slot in slots { endLocked(slot, .cancelled, because: cause, into: &after) }
+                for slot in slots { endLocked(slot, because: cause, into: &after) }
             }
             chunk += 1
         }

@@ -28,7 +28,7 @@ extension TimerScheduler {
             } else if isShutDown {
                 // Shutdown is about to end it.
             } else if isLastCallOverLocked(record) && !rescheduled {
-                endLocked(timer.slot, .finished, because: .completed, into: &after)
+                endLocked(timer.slot, because: .completed, into: &after)
             } else if record.pointee.state == .scheduled && record.pointee.entrySequence == 0 {
                 if !rescheduled {
                     // A full interval from now, on the timer's own clock.

@@ -58,60 +58,55 @@ extension TimerScheduler {
         mutex.withLock { liveRecordLocked(timer) != nil ? snapshotLocked(timer.slot) : nil }
     }
 
+    /// The one walk over the store: a chunk at a time, `body` runs under the lock with that
+    /// chunk's occupied slots and a carrier (run after unlocking), and what it returns goes to
+    /// `then`, outside the lock. So a registry-wide operation holds the lock for a chunk at most.
+    func forEachChunk<Slice>(
+        _ body: (_ slots: [UInt32], _ after: inout AfterUnlock) -> Slice, then: (Slice) -> Void = { _ in }
+    ) {
+        var chunk = 0
+        while true {
+            let slice: Slice? = locked { after in
+                guard chunk < store.chunks.count else { return nil }
+                var slots: [UInt32] = []
+                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
+                return body(slots, &after)
+            }
+            guard let slice else { return }
+            then(slice)
+            chunk += 1
+        }
+    }
+
     /// Calls `body` with the snapshots of the live timers, a chunk of slots at a time (each
     /// taken under the lock, `body` run outside it).
     func forEachSnapshotSlice(_ body: ([TimerSnapshot]) -> Void) {
-        var chunk = 0
-        while true {
-            let slice: [TimerSnapshot]? = mutex.withLock {
-                guard chunk < store.chunks.count else { return nil }
-                var snapshots: [TimerSnapshot] = []
-                store.forEachOccupied(chunks: chunk..<chunk + 1) { slot in
-                    if !store[slot].pointee.state.hasEnded { snapshots.append(snapshotLocked(slot)) }
-                }
-                return snapshots
-            }
-            guard let slice else { return }
-            body(slice)
-            chunk += 1
-        }
+        forEachChunk({ slots, _ in slots.filter { !store[$0].pointee.state.hasEnded }.map(snapshotLocked) }, then: body)
     }
 
-    /// Ends every live timer (`cancelAll`), a chunk of slots at a time.
+    /// Ends every live timer (`cancelAll`).
     func endAll(because cause: EndCause) {
-        var chunk = 0
-        while mutex.withLock({ chunk < store.chunks.count }) {
-            locked { after in
-                var slots: [UInt32] = []
-                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
-                for slot in slots { endLocked(slot, because: cause, into: &after) }
-            }
-            chunk += 1
+        forEachChunk { slots, after in
+            for slot in slots { endLocked(slot, because: cause, into: &after) }
         }
     }
 
-    /// Suspends (`suspendAll`) or resumes (`resumeAll`) every live timer, a chunk at a time.
+    /// Suspends (`suspendAll`) or resumes (`resumeAll`) every live timer.
     func setAll(suspended: Bool) {
-        var chunk = 0
-        while mutex.withLock({ chunk < store.chunks.count }) {
-            locked { after in
-                var slots: [UInt32] = []
-                store.forEachOccupied(chunks: chunk..<chunk + 1) { slots.append($0) }
-                for slot in slots {
-                    let record = store[slot]
-                    if suspended, record.pointee.state == .scheduled {
-                        record.pointee.state = .suspended
-                        retireLocked(slot, &after)
-                    } else if !suspended, record.pointee.state == .suspended, !isShutDown {
-                        record.pointee.state = .scheduled
-                        guard record.pointee.activeCalls == 0 && (record.pointee.extras?.tasksRunning ?? 0) == 0 else { continue }
-                        do throws(TimerError) { try queueLocked(slot, &after) } catch {
-                            record.pointee.state = .suspended  // as `resume` leaves it when the driver refuses
-                        }
+        forEachChunk { slots, after in
+            for slot in slots {
+                let record = store[slot]
+                if suspended, record.pointee.state == .scheduled {
+                    record.pointee.state = .suspended
+                    retireLocked(slot, &after)
+                } else if !suspended, record.pointee.state == .suspended, !isShutDown {
+                    record.pointee.state = .scheduled
+                    guard record.pointee.activeCalls == 0 && (record.pointee.extras?.tasksRunning ?? 0) == 0 else { continue }
+                    do throws(TimerError) { try queueLocked(slot, &after) } catch {
+                        record.pointee.state = .suspended  // as `resume` leaves it when the driver refuses
                     }
                 }
             }
-            chunk += 1
         }
     }
 
@@ -120,26 +115,19 @@ extension TimerScheduler {
     @discardableResult
     func endTimersOfReleasedTargets() -> Int {
         var ended = 0
-        var chunk = 0
-        while true {
-            let targets: [(slot: UInt32, generation: UInt32, target: WeakReference)]? = mutex.withLock {
-                guard chunk < store.chunks.count else { return nil }
-                var found: [(UInt32, UInt32, WeakReference)] = []
-                store.forEachOccupied(chunks: chunk..<chunk + 1) { slot in
-                    let record = store[slot]
-                    if !record.pointee.state.hasEnded, let target = record.pointee.extras?.target {
-                        found.append((slot, record.pointee.generation, target))
-                    }
-                }
-                return found
+        forEachChunk { slots, _ in
+            slots.compactMap { slot -> (key: TimerKey, target: WeakReference)? in
+                let record = store[slot]
+                guard !record.pointee.state.hasEnded, let target = record.pointee.extras?.target else { return nil }
+                return (TimerKey(slot: slot, generation: record.pointee.generation, scheduler: serial), target)
             }
-            guard let targets else { return ended }
+        } then: { targets in
             for entry in targets where entry.target.object == nil {
-                cancel(TimerKey(slot: entry.slot, generation: entry.generation, scheduler: serial), because: .targetReleased)
+                cancel(entry.key, because: .targetReleased)
                 ended += 1
             }
-            chunk += 1
         }
+        return ended
     }
 
     /// Caps this scheduler's live timers (see `TimerBackend/limitLiveTimers(to:)`).

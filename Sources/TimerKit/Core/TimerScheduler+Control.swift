@@ -92,9 +92,7 @@ extension TimerScheduler {
         guard record.pointee.extras == nil, record.pointee.activeCalls == 0, let owner = record.pointee.owner.take() else {
             var after = AfterUnlock()
             endInlineLocked(key.slot, because: cause, into: &after)
-            settleLocked(&after)
-            mutex.unlock()
-            after.run()
+            unlock(running: consume after)
             return
         }
         // A plain timer (no name, observer, target, task or count; no call running) — what a
@@ -126,9 +124,7 @@ extension TimerScheduler {
             var after = AfterUnlock()
             disarmIfIdleLocked(&after)
             if store.live == 0 { letGoOfLinkLocked(&after) }
-            settleLocked(&after)
-            mutex.unlock()
-            after.run()
+            unlock(running: consume after)
         } else {
             settleOwingNothingLocked()
             mutex.unlock()
@@ -222,11 +218,7 @@ extension TimerScheduler {
     private func rescheduleAndUnlock(
         _ key: TimerKey, timeoutAt deadline: UInt64, endedError: (TimerKey) -> TimerError
     ) throws(TimerError) {
-        let record: UnsafeMutablePointer<TimerRecord>?
-        do throws(TimerError) { record = try recordLocked(key) } catch {
-            mutex.unlock()
-            throw error
-        }
+        let record = try recordLockedOrUnlock(key)
         try rescheduleInFullAndUnlock(record, key, .timeout(at: deadline), calendar: nil, endedError: endedError)
     }
 
@@ -234,16 +226,20 @@ extension TimerScheduler {
     private func rescheduleInFull(_ key: TimerKey, _ schedule: TimerSchedule, endedError: (TimerKey) -> TimerError) throws(TimerError) {
         let resolved = try resolveNow(schedule)
         mutex.lock()
-        let record: UnsafeMutablePointer<TimerRecord>?
-        do throws(TimerError) { record = try recordLocked(key) } catch {
-            mutex.unlock()
-            throw error
-        }
+        let record = try recordLockedOrUnlock(key)
         if let record, !isShutDown, movedLaterInPlaceLocked(record, resolved, calendar: schedule.calendarRule) {
             mutex.unlock()
             return
         }
         try rescheduleInFullAndUnlock(record, key, resolved, calendar: schedule.calendarRule, endedError: endedError)
+    }
+
+    /// `recordLocked(_:)`, unlocking before it throws.
+    private func recordLockedOrUnlock(_ key: TimerKey) throws(TimerError) -> UnsafeMutablePointer<TimerRecord>? {
+        do throws(TimerError) { return try recordLocked(key) } catch {
+            mutex.unlock()
+            throw error
+        }
     }
 
     /// `movedLaterInPlaceLocked` for a timeout due at `deadline` (`timeoutDeadline`), which

@@ -228,9 +228,7 @@ extension TimerScheduler {
             endLocked(slot, because: .cancelled, into: &after)
             failure = error
         }
-        settleLocked(&after)
-        mutex.unlock()
-        after.run()
+        unlock(running: consume after)
         if let failure { throw failure }
     }
 
@@ -259,9 +257,7 @@ extension TimerScheduler {
                 throw error
             }
         } catch {
-            settleLocked(&after)
-            mutex.unlock()
-            after.run()
+            unlock(running: consume after)
             throw error
         }
         let record = store[slot]
@@ -278,9 +274,7 @@ extension TimerScheduler {
                 failure = error
             }
         }
-        settleLocked(&after)
-        mutex.unlock()
-        after.run()
+        unlock(running: consume after)
         if watch { startWatchingClocks() }
         if let failure { throw failure }
         return (slot, generation)

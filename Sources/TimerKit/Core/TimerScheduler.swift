@@ -241,9 +241,6 @@ import Synchronization
     /// What `schedule` throws now that the scheduler has shut down; nil while it runs.
     var shutDownError: TimerError? { mutex.withLock { isShutDown ? shutDownErrorLocked() : nil } }
 
-    /// `hasShutDown` without the lock, for the registry (which must not take this lock).
-    var hasBegunShutdown: Bool { shutDownFlag.load(ordering: .relaxed) }
-
     func shutDownErrorLocked() -> TimerError {
         loopFailure.map { .loopFailed(backend: backendName, cause: $0) } ?? .backendShutDown(backend: backendName)
     }

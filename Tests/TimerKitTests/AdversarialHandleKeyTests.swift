@@ -15,8 +15,8 @@ struct AdversarialHandleKeyTests {
 
     /// A value shared between threads.
     final class Box<Value: Sendable>: Sendable {
-        let mutex: Mutex<Value>
-        init(_ value: Value) { mutex = Mutex(value) }
+        let mutex: Locked<Value>
+        init(_ value: Value) { mutex = Locked(value) }
         var value: Value { mutex.withLock { $0 } }
         func with<R: Sendable>(_ body: (inout Value) -> R) -> R { mutex.withLock { body(&$0) } }
     }
@@ -39,7 +39,7 @@ struct AdversarialHandleKeyTests {
             var running: Set<TimerKey> = []
             var endWhileRunning = 0
         }
-        let state = Mutex(State())
+        let state = Locked(State())
         let endSignal = DispatchSemaphore(value: 0)
         let onFire: (@Sendable (TimerFire) -> Void)?
 
@@ -1209,7 +1209,7 @@ struct AdversarialHandleKeyTests {
         final class ShutsDown: TimerCallback {
             let backend: DispatchBackend
             let done = DispatchSemaphore(value: 0)
-            let outcome = Mutex<TimerError?>(nil)
+            let outcome = Locked<TimerError?>(nil)
             init(_ backend: DispatchBackend) { self.backend = backend }
             func timerFired(_ fire: TimerFire) {}
             func timerEnded(_ key: TimerKey, reason: TimerEndReason, fires: Int) {

@@ -73,19 +73,6 @@ struct AdversarialHandleKeyTests {
         func timerFired(_ fire: TimerFire) {}
     }
 
-    /// The error `body` throws, or nil.
-    static func thrown(_ body: () throws -> Void) -> TimerError? {
-        do {
-            try body()
-            return nil
-        } catch let error as TimerError {
-            return error
-        } catch {
-            Issue.record("not a TimerError: \(error)")
-            return nil
-        }
-    }
-
     /// Runs `body` on another thread; false if it has not returned within `seconds` (a deadlock).
     static func completes(within seconds: Double = 20, _ body: @escaping @Sendable () -> Void) -> Bool {
         let done = DispatchSemaphore(value: 0)
@@ -142,10 +129,10 @@ struct AdversarialHandleKeyTests {
         #expect(others.allSatisfy { $0.isActive }, "the old handle's cancel reached a timer in its old slot")
 
         let expected = TimerError.timerEnded(name: "alpha", state: .finished)
-        #expect(Self.thrown { try alpha.reschedule(.after(.seconds(1))) } == expected)
-        #expect(Self.thrown { try alpha.suspend() } == expected)
-        #expect(Self.thrown { try alpha.resume() } == expected)
-        #expect(Self.thrown { try alpha.addObserver(TimerObserver()) } == expected)
+        #expect(thrown { try alpha.reschedule(.after(.seconds(1))) } == expected)
+        #expect(thrown { try alpha.suspend() } == expected)
+        #expect(thrown { try alpha.resume() } == expected)
+        #expect(thrown { try alpha.addObserver(TimerObserver()) } == expected)
         #expect(newAlpha.currentState == .scheduled, "the old handle's operations changed the new timer")
         #expect(others.allSatisfy { $0.currentState == .scheduled })
         #expect(registry.timer(named: "alpha") === newAlpha)
@@ -174,10 +161,10 @@ struct AdversarialHandleKeyTests {
         #expect(handle.snapshot.fires == 3)
         #expect(handle.snapshot.nextDeadline == nil)
         let expected = TimerError.timerEnded(name: name, state: .cancelled)
-        #expect(Self.thrown { try handle.reschedule(.every(.seconds(1))) } == expected)
-        #expect(Self.thrown { try handle.suspend() } == expected)
-        #expect(Self.thrown { try handle.resume() } == expected)
-        #expect(Self.thrown { try handle.addObserver(TimerObserver(willFire: { _ in })) } == expected)
+        #expect(thrown { try handle.reschedule(.every(.seconds(1))) } == expected)
+        #expect(thrown { try handle.suspend() } == expected)
+        #expect(thrown { try handle.resume() } == expected)
+        #expect(thrown { try handle.addObserver(TimerObserver(willFire: { _ in })) } == expected)
         handle.cancel()
         #expect(survivors.allSatisfy { $0?.currentState == .scheduled })
     }
@@ -217,9 +204,9 @@ struct AdversarialHandleKeyTests {
         #expect(!backend.isActive(old))
         backend.cancel(old)
         backend.cancel(old)
-        #expect(Self.thrown { try backend.reschedule(old, .after(.seconds(1))) } == .keyEnded(old))
-        #expect(Self.thrown { try backend.suspend(old) } == .keyEnded(old))
-        #expect(Self.thrown { try backend.resume(old) } == .keyEnded(old))
+        #expect(thrown { try backend.reschedule(old, .after(.seconds(1))) } == .keyEnded(old))
+        #expect(thrown { try backend.suspend(old) } == .keyEnded(old))
+        #expect(thrown { try backend.resume(old) } == .keyEnded(old))
         #expect(fresh.allSatisfy { backend.isActive($0) }, "an ended key reached a new timer")
         #expect(recorder.ends(of: old).count == 1, "timerEnded must come once")
 
@@ -248,9 +235,9 @@ struct AdversarialHandleKeyTests {
             #expect(!backend.isActive(key))
             backend.cancel(key)
             for error in [
-                Self.thrown { try backend.reschedule(key, .after(.seconds(1))) },
-                Self.thrown { try backend.suspend(key) },
-                Self.thrown { try backend.resume(key) },
+                thrown { try backend.reschedule(key, .after(.seconds(1))) },
+                thrown { try backend.suspend(key) },
+                thrown { try backend.resume(key) },
             ] {
                 guard case let .invalidOption(name, value, _)? = error else {
                     Issue.record("expected invalidOption(name: \"key\"), got \(String(describing: error)) on \(backend.name)")
@@ -295,8 +282,8 @@ struct AdversarialHandleKeyTests {
         #expect(handle.currentState == .cancelled)
         #expect(handle.fireCount == 2)
         #expect(handle.name == "keyed")
-        #expect(Self.thrown { try backend.reschedule(key, .after(.seconds(1))) } == .keyEnded(key))
-        #expect(Self.thrown { try handle.resume() } == .timerEnded(name: "keyed", state: .cancelled))
+        #expect(thrown { try backend.reschedule(key, .after(.seconds(1))) } == .keyEnded(key))
+        #expect(thrown { try handle.resume() } == .timerEnded(name: "keyed", state: .cancelled))
         #expect(registry.timer(named: "keyed") == nil)
         #expect(registry.count == 0)
     }
@@ -312,7 +299,7 @@ struct AdversarialHandleKeyTests {
         handle.onEnd { reason in ended.with { $0.append(reason) } }
 
         try registry.cancel(named: "by-name")
-        #expect(Self.thrown { try registry.cancel(named: "by-name") } == .noSuchTimer("by-name"))
+        #expect(thrown { try registry.cancel(named: "by-name") } == .noSuchTimer("by-name"))
         handle.cancel()
         backend.cancel(key)
 
@@ -747,7 +734,7 @@ struct AdversarialHandleKeyTests {
         #expect(reasons.value == [.backendShutDown])
         #expect(repeating.endReason == .backendShutDown)
         #expect(repeating.fireCount == 2)
-        #expect(Self.thrown { try repeating.resume() } == .timerEnded(name: "rep", state: .cancelled))
+        #expect(thrown { try repeating.resume() } == .timerEnded(name: "rep", state: .cancelled))
         #expect(recorder.ends(of: key) == [End(key: key, reason: .backendShutDown, fires: 2, seen: 2)])
         #expect(!shut.isActive(key))
         shut.cancel(key)
@@ -859,13 +846,13 @@ struct AdversarialHandleKeyTests {
         let live = try backend.schedule(.after(.seconds(5))) { _ in }
         let liveKey = try backend.schedule(.after(.seconds(5)), calling: recorder)
         for (schedule, expected) in cases {
-            #expect(Self.thrown { try backend.schedule(schedule) { _ in } } == expected)
-            #expect(Self.thrown { try backend.schedule(schedule, name: "refused", calling: recorder) } == expected)
-            #expect(Self.thrown { try live.reschedule(schedule) } == expected)
-            #expect(Self.thrown { try backend.reschedule(liveKey, schedule) } == expected)
+            #expect(thrown { try backend.schedule(schedule) { _ in } } == expected)
+            #expect(thrown { try backend.schedule(schedule, name: "refused", calling: recorder) } == expected)
+            #expect(thrown { try live.reschedule(schedule) } == expected)
+            #expect(thrown { try backend.reschedule(liveKey, schedule) } == expected)
         }
         #expect(
-            Self.thrown { try backend.schedule(.after(.seconds(1)), tolerance: .seconds(-1)) { _ in } }
+            thrown { try backend.schedule(.after(.seconds(1)), tolerance: .seconds(-1)) { _ in } }
                 == .negativeDuration(parameter: "tolerance", value: .seconds(-1)))
         #expect(registry.count == 2, "a refused schedule added a timer")
         #expect(registry.timer(named: "refused") == nil)
@@ -935,9 +922,9 @@ struct AdversarialHandleKeyTests {
             usleep(UInt32.random(in: 0...1_200))
 
             let handleBefore = started.value
-            let handleError = Self.thrown { try handle.reschedule(.after(.microseconds(100))) }
+            let handleError = thrown { try handle.reschedule(.after(.microseconds(100))) }
             let keyBefore = recorder.indices(of: key).count
-            let keyError = Self.thrown { try backend.reschedule(key, .after(.microseconds(100))) }
+            let keyError = thrown { try backend.reschedule(key, .after(.microseconds(100))) }
 
             #expect(Self.eventually { handle.endReason != nil }, "round \(round): handle never ended")
             #expect(recorder.endSignal.wait(timeout: .now() + 20) == .success, "round \(round): key never ended")
@@ -1081,8 +1068,8 @@ struct AdversarialHandleKeyTests {
             #expect(handle.currentState == .finished)
             #expect(!handle.isActive)
             handle.cancel()
-            #expect(Self.thrown { try handle.suspend() } == .timerEnded(name: "job", state: .finished))
-            #expect(Self.thrown { try handle.reschedule(.after(.seconds(1))) } == .timerEnded(name: "job", state: .finished))
+            #expect(thrown { try handle.suspend() } == .timerEnded(name: "job", state: .finished))
+            #expect(thrown { try handle.reschedule(.after(.seconds(1))) } == .timerEnded(name: "job", state: .finished))
         }
         #expect(backend.isActive(successor), "an old handle reached the successor")
         let successorHandle = try #require(registry.timer(named: "job"))
@@ -1141,7 +1128,7 @@ struct AdversarialHandleKeyTests {
         #expect(handle.endReason == .backendShutDown)
         #expect(handle.currentState == .cancelled)
         handle.cancel()
-        #expect(Self.thrown { try handle.resume() } == .timerEnded(name: "orphan", state: .cancelled))
+        #expect(thrown { try handle.resume() } == .timerEnded(name: "orphan", state: .cancelled))
         #expect(successor.isActive)
         #expect(registry.timer(named: "orphan") === successor)
     }
@@ -1256,7 +1243,7 @@ struct AdversarialHandleKeyTests {
         for (handle, name) in zip(handles, names) {
             #expect(handle.endReason == .completed)
             #expect(handle.fireCount == 1)
-            #expect(Self.thrown { try handle.suspend() } == .timerEnded(name: name, state: .finished))
+            #expect(thrown { try handle.suspend() } == .timerEnded(name: name, state: .finished))
             handle.cancel()
         }
         #expect(fresh.allSatisfy { $0.isActive })

@@ -59,8 +59,9 @@ private final class CallbackWithDeinit: TimerCallback {
     deinit { body() }
 }
 
-/// What a throwing call threw; nil when it returned.
-private func thrown(_ body: () throws -> Void) -> TimerError? {
+/// What a throwing call threw; nil when it returned. An error that is not a `TimerError` comes
+/// back as a `nativeFailure` naming it, which no expected error equals.
+func thrown(_ body: () throws -> Void) -> TimerError? {
     do {
         try body()
         return nil
